@@ -1,0 +1,204 @@
+# ngx_http_idempotency_module: build, demo and tests (GNU make, Debian 12).
+#
+#   make              build build/ngx_http_idempotency_module.so against the
+#                     packaged nginx (Debian's nginx-dev tree)
+#   make test         deps + build + services + the Test::Nginx suite
+#                     (make test TEST_FILES=t/010-x.t, PROVE_FLAGS=-v)
+#   make run          demo on http://127.0.0.1:8080 (make stop to end it)
+#   make NGINX_SRC=/path/to/nginx-x.y.z
+#                     build against an upstream nginx source tree instead
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := all
+# The steps of deps -> build -> services -> test must not overlap; the
+# nginx sub-make still compiles in parallel with -jN.
+.NOTPARALLEL:
+MAKEFLAGS += --no-print-directory
+
+MODULE      := ngx_http_idempotency_module
+BUILD       := $(CURDIR)/build
+SO          := build/$(MODULE).so
+SRCS        := $(wildcard $(MODULE)/*.c $(MODULE)/*.h)
+
+NGINX_BIN   ?= /usr/sbin/nginx
+NGINX_DEV   ?= /usr/share/nginx/src
+NGINX_SRC   ?=
+CC_OPT      ?= -Wextra -g -O2
+# extra ./configure flags for an NGINX_SRC build
+CUSTOM_CONF_FLAGS ?=
+
+MYSQL_PORT        ?= 3307
+REDIS_PORT        ?= 6380
+DEMO_PORT         ?= 8080
+BACKEND_PORT      ?= 8081
+TEST_BACKEND_PORT ?= 8091
+TEST_FILES        ?= t/
+PROVE_FLAGS       ?=
+
+export IDEM_MYSQL_PORT := $(MYSQL_PORT)
+export IDEM_REDIS_PORT := $(REDIS_PORT)
+export NGINX_BIN
+
+ifeq ($(strip $(NGINX_SRC)),)
+  OBJ      := build/nginx-obj
+  CONF_SIG := debian $(NGINX_DEV) $(CC_OPT) \
+              $(shell cat $(NGINX_DEV)/conf_flags 2>/dev/null | cksum)
+else
+  NGINX_SRC_ABS := $(abspath $(NGINX_SRC))
+  OBJ      := build/nginx-obj-custom
+  CONF_SIG := custom $(NGINX_SRC_ABS) $(CUSTOM_CONF_FLAGS)
+endif
+
+.PHONY: all build deps services services-stop run stop test test-valgrind \
+        clean distclean help FORCE
+
+all: build
+
+# Builds are serialized per checkout (several people share it).
+build:
+	@mkdir -p build
+	@flock build/.build.lock $(MAKE) $(SO)
+
+# ---------------------------------------------------------------- build
+
+# A file whose content is the configuration signature: it changes (and so
+# triggers configure / the copy of the .so) only when the signature does.
+$(OBJ)/.sig: FORCE
+	@mkdir -p $(OBJ)
+	@echo '$(CONF_SIG)' | cmp -s - $@ || echo '$(CONF_SIG)' > $@
+
+build/.so-sig: FORCE
+	@mkdir -p build
+	@echo '$(OBJ) $(CONF_SIG)' | cmp -s - $@ || echo '$(OBJ) $(CONF_SIG)' > $@
+
+$(SO): $(OBJ)/.configured $(SRCS) build/.so-sig
+	@echo "make modules ($(OBJ))"
+	@$(MAKE) -C $(if $(NGINX_SRC),$(NGINX_SRC_ABS),build/nginx-src) \
+	    -f $(CURDIR)/$(OBJ)/Makefile modules
+	@cp $(OBJ)/$(MODULE).so $@.tmp && mv -f $@.tmp $@
+	@echo "built $@"
+
+ifeq ($(strip $(NGINX_SRC)),)
+
+$(NGINX_DEV)/conf_flags:
+	@echo "error: $@ not found: install nginx-dev (make deps)" >&2; exit 1
+
+# configure writes a Makefile into the current directory: work on a copy
+build/nginx-src/.copied: $(NGINX_DEV)/conf_flags
+	@rm -rf build/nginx-src
+	@mkdir -p build
+	@cp -a $(NGINX_DEV) build/nginx-src
+	@touch $@
+
+$(OBJ)/.configured: config build/nginx-src/.copied $(OBJ)/.sig
+	@echo "configure (Debian nginx-dev, $(OBJ)/configure.log)"
+	@rm -f $@
+	@cd build/nginx-src && . ./conf_flags && \
+	  ./configure "$${NGX_CONF_FLAGS[@]}" --with-cc-opt='$(CC_OPT)' \
+	    --add-dynamic-module=$(CURDIR) --builddir=$(BUILD)/nginx-obj \
+	    > $(BUILD)/nginx-obj/configure.log 2>&1 \
+	  || { tail -n 30 $(BUILD)/nginx-obj/configure.log >&2; \
+	       echo "error: configure failed (see $(OBJ)/configure.log)" >&2; \
+	       exit 1; }
+	@touch $@
+
+else
+
+$(OBJ)/.configured: config $(OBJ)/.sig
+	@echo "configure ($(NGINX_SRC_ABS), $(OBJ)/configure.log)"
+	@rm -f $@
+	@cd $(NGINX_SRC_ABS) && \
+	  if [ -x ./configure ]; then cf=./configure; else cf=./auto/configure; fi && \
+	  $$cf --with-compat $(CUSTOM_CONF_FLAGS) \
+	    --add-dynamic-module=$(CURDIR) --builddir=$(BUILD)/nginx-obj-custom \
+	    > $(BUILD)/nginx-obj-custom/configure.log 2>&1 \
+	  || { tail -n 30 $(BUILD)/nginx-obj-custom/configure.log >&2; \
+	       echo "error: configure failed (see $(OBJ)/configure.log)" >&2; \
+	       exit 1; }
+	@touch $@
+
+endif
+
+FORCE:
+
+# ------------------------------------------------------------- services
+
+deps:
+	@scripts/deps.sh
+
+services:
+	@scripts/services.sh start
+
+services-stop:
+	@scripts/services.sh stop
+
+# ----------------------------------------------------------------- demo
+
+RUN := $(BUILD)/run
+
+run: deps build services
+	@mkdir -p $(RUN)
+	@scripts/services.sh reset >/dev/null
+	@scripts/backend.sh restart $(BACKEND_PORT) $(RUN)/backend.pid $(RUN)/backend.log
+	@sed -e 's|@PREFIX@|$(RUN)|g' \
+	     -e 's|@MODULE@|$(BUILD)/$(MODULE).so|g' \
+	     -e 's|@NGINX_PORT@|$(DEMO_PORT)|g' \
+	     -e 's|@BACKEND_PORT@|$(BACKEND_PORT)|g' \
+	     -e 's|@MYSQL_PORT@|$(MYSQL_PORT)|g' \
+	     -e 's|@REDIS_PORT@|$(REDIS_PORT)|g' \
+	     demo/nginx.conf.in > $(RUN)/nginx.conf
+	@scripts/nginx.sh start $(RUN)
+	@echo
+	@echo "demo: http://127.0.0.1:$(DEMO_PORT) -> backend 127.0.0.1:$(BACKEND_PORT)"
+	@echo "      config build/run/nginx.conf, logs build/run/error.log, build/run/backend.log"
+	@echo
+	@NGINX_PORT=$(DEMO_PORT) BACKEND_PORT=$(BACKEND_PORT) demo/try.sh --print
+	@echo
+	@echo "(run them all: NGINX_PORT=$(DEMO_PORT) BACKEND_PORT=$(BACKEND_PORT) demo/try.sh; stop: make stop)"
+
+stop:
+	@scripts/nginx.sh stop $(RUN)
+	@scripts/backend.sh stop $(RUN)/backend.pid
+	@scripts/backend.sh stop $(BUILD)/test/backend.pid -q
+	@scripts/services.sh stop
+
+# ---------------------------------------------------------------- tests
+
+TEST_ENV = \
+    TEST_NGINX_BINARY=$(NGINX_BIN) \
+    TEST_NGINX_LOAD_MODULES=$(BUILD)/$(MODULE).so \
+    TEST_NGINX_SERVROOT=$(CURDIR)/t/servroot \
+    TEST_NGINX_MYSQL_HOST=127.0.0.1 \
+    TEST_NGINX_MYSQL_PORT=$(MYSQL_PORT) \
+    TEST_NGINX_MYSQL_SOCKET=$(BUILD)/services/mysql.sock \
+    TEST_NGINX_MYSQL_USER=idem \
+    TEST_NGINX_MYSQL_PASSWORD=idem-secret \
+    TEST_NGINX_MYSQL_DB=idempotency \
+    TEST_NGINX_REDIS_HOST=127.0.0.1 \
+    TEST_NGINX_REDIS_PORT=$(REDIS_PORT) \
+    TEST_NGINX_REDIS_SOCKET=$(BUILD)/services/redis.sock \
+    TEST_NGINX_BACKEND_PORT=$(TEST_BACKEND_PORT) \
+    PROVE_FLAGS='$(PROVE_FLAGS)'
+
+test: deps build services
+	@env $(TEST_ENV) scripts/run-tests.sh $(TEST_FILES)
+
+test-valgrind: deps build services
+	@env $(TEST_ENV) TEST_NGINX_USE_VALGRIND=1 scripts/run-tests.sh $(TEST_FILES)
+
+# ---------------------------------------------------------------- clean
+
+clean:
+	rm -rf build/nginx-obj build/nginx-obj-custom build/*.so build/*.so.tmp \
+	       build/.so-sig
+
+distclean:
+	-@scripts/nginx.sh stop $(RUN)
+	-@scripts/backend.sh stop $(RUN)/backend.pid -q
+	-@scripts/backend.sh stop $(BUILD)/test/backend.pid -q
+	-@scripts/services.sh stop
+	rm -rf build t/servroot*
+
+help:
+	@sed -n '1,/^$$/p' Makefile | sed 's/^# \{0,1\}//'
+	@echo "targets: all build deps services run stop test test-valgrind clean distclean"

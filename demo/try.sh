@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The demo requests of `make run`.
+#
+#   demo/try.sh --print   print them (with what to expect)
+#   demo/try.sh           run them one after the other
+#
+# NGINX_PORT [8080] and BACKEND_PORT [8081] select the ports.
+
+set -uo pipefail
+
+N=${NGINX_PORT:-8080}
+B=${BACKEND_PORT:-8081}
+
+steps=(
+    "# 1. create an order with a key: 201 from the backend, order ord-1"
+    "curl -i -X POST http://127.0.0.1:$N/orders -H 'Idempotency-Key: order-42' -d '{\"item\":\"book\"}'"
+    "# 2. retry it: the stored response, same order id, Idempotent-Replayed: true"
+    "curl -i -X POST http://127.0.0.1:$N/orders -H 'Idempotency-Key: order-42' -d '{\"item\":\"book\"}'"
+    "# 3. another key: a new order (ord-2)"
+    "curl -i -X POST http://127.0.0.1:$N/orders -H 'Idempotency-Key: order-43' -d '{\"item\":\"pen\"}'"
+    "# 4. no key: 400 application/problem+json (idempotency_required on)"
+    "curl -i -X POST http://127.0.0.1:$N/orders -d '{\"item\":\"book\"}'"
+    "# 5. the same key with another body: 422 (fingerprint mismatch)"
+    "curl -i -X POST http://127.0.0.1:$N/orders -H 'Idempotency-Key: order-42' -d '{\"item\":\"car\"}'"
+    "# 6. how often did the backend execute order-42?  1"
+    "curl 'http://127.0.0.1:$B/__count?key=order-42'"
+)
+
+if [ "${1:-}" = --print ]; then
+    printf '%s\n' "${steps[@]}"
+    exit 0
+fi
+
+for s in "${steps[@]}"; do
+    case $s in
+        '#'*) printf '\n\033[1m%s\033[0m\n' "$s" ;;
+        *)    printf '$ %s\n' "$s"; eval "${s/#curl /curl -sS }"; echo ;;
+    esac
+done
