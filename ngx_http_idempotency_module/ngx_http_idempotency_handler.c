@@ -1,0 +1,897 @@
+
+/*
+ * ngx_http_idempotency_module: the precontent phase handler.
+ *
+ * The handler runs once per main request: it reads the key, reads the
+ * body when the fingerprint needs it, claims the key with one store round
+ * trip and then either lets the request go on to its content handler
+ * (the claim was won) or answers it itself (replay, 409, 422, ...).
+ * While the store works the phases are suspended; the op's handler
+ * resumes them.
+ */
+
+
+#include <openssl/rand.h>
+
+#include "ngx_http_idempotency_handler.h"
+#include "ngx_http_idempotency_key.h"
+#include "ngx_http_idempotency_problem.h"
+#include "ngx_http_idempotency_sql.h"
+
+
+/* what an orphaned claim needs to give the key back */
+typedef struct {
+    ngx_http_idempotency_shard_t  *shard;
+    u_char                         key_hash[NGX_HTTP_IDEMPOTENCY_HASH_LEN];
+    u_char                         token[NGX_HTTP_IDEMPOTENCY_TOKEN_LEN];
+} ngx_http_idempotency_orphan_t;
+
+
+static ngx_int_t ngx_http_idempotency_start(ngx_http_request_t *r,
+    ngx_http_idempotency_loc_conf_t *ilcf);
+static void ngx_http_idempotency_body_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_idempotency_claim(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx);
+static void ngx_http_idempotency_claim_done(ngx_http_idempotency_op_t *op);
+static ngx_int_t ngx_http_idempotency_verdict(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op);
+static void ngx_http_idempotency_store_failed(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op);
+static void ngx_http_idempotency_resolve(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, ngx_uint_t outcome,
+    ngx_uint_t status);
+static void ngx_http_idempotency_resume(ngx_http_request_t *r);
+static ngx_int_t ngx_http_idempotency_respond(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx);
+static ngx_int_t ngx_http_idempotency_replay(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx);
+static void ngx_http_idempotency_wait_handler(ngx_event_t *ev);
+static void ngx_http_idempotency_renew_handler(ngx_event_t *ev);
+static void ngx_http_idempotency_renew_done(ngx_http_idempotency_op_t *op);
+static void ngx_http_idempotency_cleanup(void *data);
+static void ngx_http_idempotency_orphan_done(ngx_http_idempotency_op_t *op);
+static void ngx_http_idempotency_release_done(ngx_http_idempotency_op_t *op);
+static void ngx_http_idempotency_release_key(
+    ngx_http_idempotency_shard_t *shard, u_char *key_hash, u_char *token);
+static ngx_int_t ngx_http_idempotency_atoi(ngx_str_t *s);
+
+
+ngx_int_t
+ngx_http_idempotency_handler(ngx_http_request_t *r)
+{
+    ngx_http_idempotency_ctx_t       *ctx;
+    ngx_http_idempotency_loc_conf_t  *ilcf;
+
+    if (r != r->main) {
+        return NGX_DECLINED;
+    }
+
+    ctx = ngx_http_idempotency_get_ctx(r);
+
+    if (ctx) {
+        switch (ctx->phase) {
+
+        case NGX_HTTP_IDEMPOTENCY_PH_RESOLVED:
+            ctx->phase = NGX_HTTP_IDEMPOTENCY_PH_PASSED;
+            return ngx_http_idempotency_respond(r, ctx);
+
+        case NGX_HTTP_IDEMPOTENCY_PH_PASSED:
+            return NGX_DECLINED;
+
+        default:
+            /* still waiting for the body or the store */
+            return NGX_DONE;
+        }
+    }
+
+    ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idempotency_module);
+
+    if (ilcf->store == NULL || !(r->method & ilcf->methods)) {
+        return NGX_DECLINED;
+    }
+
+    return ngx_http_idempotency_start(r, ilcf);
+}
+
+
+static ngx_int_t
+ngx_http_idempotency_start(ngx_http_request_t *r,
+    ngx_http_idempotency_loc_conf_t *ilcf)
+{
+    ngx_int_t                    rc;
+    ngx_str_t                    raw, scope;
+    const char                  *reason;
+    ngx_pool_cleanup_t          *cln;
+    ngx_http_idempotency_ctx_t  *ctx;
+
+    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_idempotency_ctx_t));
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    /* a pool cleanup finds the ctx again after an internal redirect and
+     * gives back whatever the request still holds when it ends */
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    cln->handler = ngx_http_idempotency_cleanup;
+    cln->data = ctx;
+
+    ctx->request = r;
+    ctx->conf = ilcf;
+    ctx->status = NGX_HTTP_IDEMPOTENCY_BYPASS;
+    ctx->phase = NGX_HTTP_IDEMPOTENCY_PH_PASSED;
+
+    ngx_http_set_ctx(r, ctx, ngx_http_idempotency_module);
+
+    rc = ngx_http_idempotency_find_header(r, &ilcf->header, &raw);
+
+    if (rc == NGX_DECLINED) {
+        if (!ilcf->required) {
+            return NGX_DECLINED;
+        }
+
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "idempotency: request without \"%V\" header",
+                      &ilcf->header);
+
+        ctx->problem = NGX_HTTP_IDEMPOTENCY_P_MISSING;
+        ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
+                                     NGX_HTTP_IDEMPOTENCY_MISSING);
+        return ngx_http_idempotency_handler(r);
+    }
+
+    if (rc == NGX_ERROR) {
+        reason = "the header is repeated";
+
+    } else {
+        rc = ngx_http_idempotency_parse_key(r->pool, &raw, &ctx->key,
+                                            &reason);
+        if (rc == NGX_ERROR) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        if (rc == NGX_OK) {
+            reason = NULL;
+        }
+    }
+
+    if (reason) {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "idempotency: invalid \"%V\" header: %s",
+                      &ilcf->header, reason);
+
+        ctx->problem = NGX_HTTP_IDEMPOTENCY_P_INVALID;
+        ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
+                                     NGX_HTTP_IDEMPOTENCY_INVALID);
+        return ngx_http_idempotency_handler(r);
+    }
+
+    ngx_str_null(&scope);
+
+    if (ilcf->scope
+        && ngx_http_complex_value(r, ilcf->scope, &scope) != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (ngx_http_idempotency_key_hash(&scope, &ctx->key, ctx->key_hash)
+        != NGX_OK
+        || RAND_bytes(ctx->token, NGX_HTTP_IDEMPOTENCY_TOKEN_LEN) != 1)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx->shard = ngx_http_idempotency_shard(ilcf->store, ctx->key_hash);
+    ctx->wait_until = ngx_current_msec + ilcf->wait;
+
+    if (!ilcf->fingerprint) {
+        rc = ngx_http_idempotency_claim(r, ctx);
+        return (rc == NGX_OK) ? NGX_DONE : NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    /* the fingerprint covers the body: read it first (as the mirror
+     * module does), keeping a temp file body for the upstream */
+
+    ctx->phase = NGX_HTTP_IDEMPOTENCY_PH_BODY;
+    r->preserve_body = 1;
+
+    rc = ngx_http_read_client_request_body(r,
+                                           ngx_http_idempotency_body_handler);
+    if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+        ctx->phase = NGX_HTTP_IDEMPOTENCY_PH_PASSED;
+        return rc;
+    }
+
+    ngx_http_finalize_request(r, NGX_DONE);
+    return NGX_DONE;
+}
+
+
+static void
+ngx_http_idempotency_body_handler(ngx_http_request_t *r)
+{
+    ngx_http_idempotency_ctx_t  *ctx;
+
+    ctx = ngx_http_idempotency_get_ctx(r);
+
+    r->write_event_handler = ngx_http_core_run_phases;
+
+    if (ctx == NULL || ctx->phase != NGX_HTTP_IDEMPOTENCY_PH_BODY) {
+        return;
+    }
+
+    if (ngx_http_idempotency_fingerprint(r, ctx->fingerprint) != NGX_OK
+        || ngx_http_idempotency_claim(r, ctx) != NGX_OK)
+    {
+        ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_ERROR,
+                                     NGX_HTTP_IDEMPOTENCY_ERROR);
+        ngx_http_idempotency_resume(r);
+    }
+}
+
+
+static ngx_int_t
+ngx_http_idempotency_claim(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx)
+{
+    ngx_http_idempotency_op_t     *op;
+    ngx_http_idempotency_claim_t   cl;
+
+    cl.key_hash = ctx->key_hash;
+    cl.owner = ctx->token;
+    cl.fingerprint = ctx->conf->fingerprint ? ctx->fingerprint : NULL;
+    cl.lease = ctx->conf->lease;
+    cl.ttl = ctx->conf->ttl;
+
+    op = ngx_http_idempotency_sql_claim(ctx->shard, ngx_cycle->log, &cl);
+    if (op == NULL) {
+        return NGX_ERROR;
+    }
+
+    op->handler = ngx_http_idempotency_claim_done;
+    op->data = ctx;
+
+    ctx->op = op;
+    ctx->phase = NGX_HTTP_IDEMPOTENCY_PH_CLAIM;
+    ctx->tries++;
+
+    /* notice a client that goes away while the store works */
+    r->read_event_handler = ngx_http_test_reading;
+
+    ngx_http_idempotency_op_run(op);
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_idempotency_claim_done(ngx_http_idempotency_op_t *op)
+{
+    ngx_http_request_t          *r;
+    ngx_http_idempotency_ctx_t  *ctx;
+
+    ctx = op->data;
+    r = ctx->request;
+
+    ctx->op = NULL;
+
+    if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK
+        && op->nrows == 1
+        && op->nfields >= NGX_HTTP_IDEMPOTENCY_F_COUNT)
+    {
+        if (ngx_http_idempotency_verdict(r, ctx, op) == NGX_AGAIN) {
+            return;
+        }
+
+    } else if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR
+               && op->err == 1213
+               && ctx->tries < 3)
+    {
+        /* a Galera node lost a cross-node race at commit: the key is
+         * someone else's, and claiming again reads their row */
+
+        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idempotency: claim deadlock, claiming again");
+
+        if (ngx_http_idempotency_claim(r, ctx) == NGX_OK) {
+            return;
+        }
+
+        ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_ERROR,
+                                     NGX_HTTP_IDEMPOTENCY_ERROR);
+
+    } else {
+        ngx_http_idempotency_store_failed(r, ctx, op);
+    }
+
+    ngx_http_idempotency_resume(r);
+}
+
+
+static ngx_int_t
+ngx_http_idempotency_verdict(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op)
+{
+    ngx_int_t                         state, lease_ms, take;
+    ngx_msec_t                        delay;
+    ngx_str_t                        *f;
+    ngx_http_idempotency_loc_conf_t  *ilcf;
+
+    ilcf = ctx->conf;
+    f = op->fields;
+
+    state = ngx_http_idempotency_atoi(&f[NGX_HTTP_IDEMPOTENCY_F_STATE]);
+    lease_ms = ngx_http_idempotency_atoi(&f[NGX_HTTP_IDEMPOTENCY_F_LEASE_MS]);
+
+    if (ngx_http_idempotency_atoi(&f[NGX_HTTP_IDEMPOTENCY_F_MINE]) == 1) {
+
+        /* won: a new key, an expired one, or a dead owner's */
+
+        take = ngx_http_idempotency_atoi(&f[NGX_HTTP_IDEMPOTENCY_F_TAKE]);
+
+        ctx->owner = 1;
+
+        ngx_http_idempotency_resolve(r, ctx,
+                           NGX_HTTP_IDEMPOTENCY_OUT_FORWARD,
+                           (op->affected_rows == 2
+                            && take == NGX_HTTP_IDEMPOTENCY_TAKE_LEASE)
+                           ? NGX_HTTP_IDEMPOTENCY_TAKEOVER
+                           : NGX_HTTP_IDEMPOTENCY_NEW);
+
+        if (ctx->status == NGX_HTTP_IDEMPOTENCY_TAKEOVER) {
+            ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                          "idempotency: key \"%V\" taken over from an owner "
+                          "whose lease ended", &ctx->key);
+        }
+
+        /* renew the lease while the upstream works */
+
+        ctx->renew_ev.handler = ngx_http_idempotency_renew_handler;
+        ctx->renew_ev.data = ctx;
+        ctx->renew_ev.log = r->connection->log;
+        ctx->renew_ev.cancelable = 1;
+        ngx_add_timer(&ctx->renew_ev, ngx_max(ilcf->lease / 3, 1));
+
+        return NGX_OK;
+    }
+
+    if (ilcf->fingerprint
+        && ngx_http_idempotency_atoi(&f[NGX_HTTP_IDEMPOTENCY_F_SAME_FP]) != 1)
+    {
+        ctx->problem = NGX_HTTP_IDEMPOTENCY_P_MISMATCH;
+        ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
+                                     NGX_HTTP_IDEMPOTENCY_MISMATCH);
+        return NGX_OK;
+    }
+
+    if (state == NGX_HTTP_IDEMPOTENCY_ROW_DONE) {
+        f = &f[NGX_HTTP_IDEMPOTENCY_F_RESPONSE];
+
+        op->keep_pool = 1;
+        ctx->replay_pool = op->pool;
+
+        if (f->data == NULL
+            || ngx_http_idempotency_record_parse(op->pool, f->data, f->len,
+                                                 &ctx->record)
+               != NGX_OK)
+        {
+            /* never forwarded: the key was executed already */
+
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "idempotency store \"%V\": stored response of "
+                          "key \"%V\" is malformed (%uz bytes)",
+                          &ilcf->store->name, &ctx->key, f->len);
+
+            ctx->problem = NGX_HTTP_IDEMPOTENCY_P_STORE;
+            ctx->retry_after = 1;
+            ngx_http_idempotency_resolve(r, ctx,
+                                         NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
+                                         NGX_HTTP_IDEMPOTENCY_ERROR);
+            return NGX_OK;
+        }
+
+        ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_REPLAY,
+                                     NGX_HTTP_IDEMPOTENCY_REPLAY);
+        return NGX_OK;
+    }
+
+    if (state == NGX_HTTP_IDEMPOTENCY_ROW_UNSTORED) {
+        ctx->problem = NGX_HTTP_IDEMPOTENCY_P_UNSTORED;
+        ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
+                                     NGX_HTTP_IDEMPOTENCY_UNSTORED);
+        return NGX_OK;
+    }
+
+    /* in progress elsewhere: hold the duplicate, or answer 409 */
+
+    if (ilcf->wait
+        && (ngx_msec_int_t) (ctx->wait_until - ngx_current_msec) > 0)
+    {
+        ctx->poll_delay = ctx->poll_delay ? ngx_min(ctx->poll_delay * 2, 500)
+                                          : 25;
+        delay = ngx_min(ctx->poll_delay, ctx->wait_until - ngx_current_msec);
+
+        ctx->phase = NGX_HTTP_IDEMPOTENCY_PH_WAIT;
+        ctx->tries = 0;
+        ctx->wait_ev.handler = ngx_http_idempotency_wait_handler;
+        ctx->wait_ev.data = ctx;
+        ctx->wait_ev.log = r->connection->log;
+        ngx_add_timer(&ctx->wait_ev, delay);
+
+        return NGX_AGAIN;
+    }
+
+    ctx->problem = NGX_HTTP_IDEMPOTENCY_P_CONFLICT;
+    ctx->retry_after = (lease_ms + 999) / 1000;
+
+    if (ctx->retry_after < 1) {
+        ctx->retry_after = 1;
+    }
+
+    ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
+                                 NGX_HTTP_IDEMPOTENCY_CONFLICT);
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_idempotency_store_failed(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op)
+{
+    ngx_uint_t                        level;
+    const char                       *what;
+    ngx_http_idempotency_loc_conf_t  *ilcf;
+
+    ilcf = ctx->conf;
+
+    switch (op->rc) {
+
+    case NGX_HTTP_IDEMPOTENCY_OP_OK:
+        what = "the claim returned no row";
+        break;
+
+    case NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR:
+        what = (op->err == 1146 || op->err == 1054)
+               ? "the table is missing or has the wrong columns "
+                 "(apply mysql/schema.sql)"
+               : "the statement failed";
+        break;
+
+    case NGX_HTTP_IDEMPOTENCY_OP_DOWN:
+        what = "the server is unreachable";
+        break;
+
+    case NGX_HTTP_IDEMPOTENCY_OP_TIMEOUT:
+        what = "timed out";
+        break;
+
+    default: /* NGX_HTTP_IDEMPOTENCY_OP_BUSY */
+        what = "no free connection (pool and wait queue full)";
+        break;
+    }
+
+    level = (ilcf->on_store_error == NGX_HTTP_IDEMPOTENCY_STORE_PASS)
+            ? NGX_LOG_WARN : NGX_LOG_ERR;
+
+    ngx_log_error(level, r->connection->log, 0,
+                  "idempotency store \"%V\" mysql=%V: claim of key \"%V\" "
+                  "failed: %s%s%*s%s, %s",
+                  &ilcf->store->name, &ctx->shard->name, &ctx->key, what,
+                  op->err ? " (" : "", op->err_text.len, op->err_text.data,
+                  op->err ? ")" : "",
+                  ilcf->on_store_error == NGX_HTTP_IDEMPOTENCY_STORE_PASS
+                  ? "passing the request unprotected"
+                  : "rejecting the request");
+
+    if (ilcf->on_store_error == NGX_HTTP_IDEMPOTENCY_STORE_PASS) {
+        ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_FORWARD,
+                                     NGX_HTTP_IDEMPOTENCY_ERROR);
+        return;
+    }
+
+    ctx->problem = NGX_HTTP_IDEMPOTENCY_P_STORE;
+    ctx->retry_after = 1;
+    ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
+                                 NGX_HTTP_IDEMPOTENCY_ERROR);
+}
+
+
+static void
+ngx_http_idempotency_resolve(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, ngx_uint_t outcome, ngx_uint_t status)
+{
+    ctx->outcome = outcome;
+    ctx->status = status;
+    ctx->phase = NGX_HTTP_IDEMPOTENCY_PH_RESOLVED;
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idempotency: outcome %ui, status %ui", outcome, status);
+}
+
+
+static void
+ngx_http_idempotency_resume(ngx_http_request_t *r)
+{
+    ngx_connection_t  *c;
+
+    c = r->connection;
+
+    r->read_event_handler = ngx_http_block_reading;
+    r->write_event_handler = ngx_http_core_run_phases;
+
+    ngx_http_core_run_phases(r);
+    ngx_http_run_posted_requests(c);
+}
+
+
+static ngx_int_t
+ngx_http_idempotency_respond(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx)
+{
+    ngx_int_t  rc;
+
+    switch (ctx->outcome) {
+
+    case NGX_HTTP_IDEMPOTENCY_OUT_FORWARD:
+        return NGX_DECLINED;
+
+    case NGX_HTTP_IDEMPOTENCY_OUT_REPLAY:
+        rc = ngx_http_idempotency_replay(r, ctx);
+        break;
+
+    case NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM:
+        rc = ngx_http_idempotency_problem(r, ctx->problem, NULL,
+                                          ctx->retry_after);
+        break;
+
+    default:
+        rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
+        break;
+    }
+
+    /* the response is ours: finalize here, not in the phase checker,
+     * for which NGX_OK would mean "go on to the next phase" */
+
+    ngx_http_finalize_request(r, rc);
+    return NGX_DONE;
+}
+
+
+static ngx_int_t
+ngx_http_idempotency_replay(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx)
+{
+    ngx_int_t         rc;
+    ngx_buf_t        *b;
+    ngx_chain_t       out;
+    ngx_table_elt_t  *h;
+
+    if (ngx_http_discard_request_body(r) != NGX_OK) {
+        r->keepalive = 0;
+    }
+
+    if (ngx_http_idempotency_record_apply(r, &ctx->record) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    h->hash = 1;
+    ngx_str_set(&h->key, "Idempotent-Replayed");
+    ngx_str_set(&h->value, "true");
+    h->lowcase_key = NULL;
+
+    if (ctx->record.body.len == 0) {
+        rc = ngx_http_send_header(r);
+
+        if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+            return rc;
+        }
+
+        return ngx_http_send_special(r, NGX_HTTP_LAST);
+    }
+
+    rc = ngx_http_send_header(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    /* the body stays in the store op's pool until the request ends */
+
+    b = ngx_calloc_buf(r->pool);
+    if (b == NULL) {
+        return NGX_ERROR;
+    }
+
+    b->pos = ctx->record.body.data;
+    b->last = b->pos + ctx->record.body.len;
+    b->memory = 1;
+    b->last_buf = 1;
+    b->last_in_chain = 1;
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out);
+}
+
+
+static void
+ngx_http_idempotency_wait_handler(ngx_event_t *ev)
+{
+    ngx_http_request_t          *r;
+    ngx_http_idempotency_ctx_t  *ctx;
+
+    ctx = ev->data;
+    r = ctx->request;
+
+    if (ngx_http_idempotency_claim(r, ctx) != NGX_OK) {
+        ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_ERROR,
+                                     NGX_HTTP_IDEMPOTENCY_ERROR);
+        ngx_http_idempotency_resume(r);
+    }
+}
+
+
+static void
+ngx_http_idempotency_renew_handler(ngx_event_t *ev)
+{
+    ngx_http_idempotency_op_t   *op;
+    ngx_http_idempotency_ctx_t  *ctx;
+
+    ctx = ev->data;
+
+    if (!ctx->owner) {
+        return;
+    }
+
+    ngx_add_timer(ev, ngx_max(ctx->conf->lease / 3, 1));
+
+    if (ctx->renew_op) {
+        return;
+    }
+
+    op = ngx_http_idempotency_sql_renew(ctx->shard, ngx_cycle->log,
+                                        ctx->key_hash, ctx->token,
+                                        ctx->conf->lease);
+    if (op == NULL) {
+        return;
+    }
+
+    op->handler = ngx_http_idempotency_renew_done;
+    op->data = ctx;
+    ctx->renew_op = op;
+
+    ngx_http_idempotency_op_run(op);
+}
+
+
+static void
+ngx_http_idempotency_renew_done(ngx_http_idempotency_op_t *op)
+{
+    ngx_http_idempotency_ctx_t  *ctx;
+
+    ctx = op->data;
+    ctx->renew_op = NULL;
+
+    if (op->rc != NGX_HTTP_IDEMPOTENCY_OP_OK) {
+        ngx_log_error(NGX_LOG_WARN, ctx->request->connection->log, 0,
+                      "idempotency store \"%V\" mysql=%V: lease renewal of "
+                      "key \"%V\" failed (%ui), will try again",
+                      &ctx->conf->store->name, &ctx->shard->name, &ctx->key,
+                      op->rc);
+        return;
+    }
+
+    if (op->affected_rows == 0 && ctx->owner) {
+        ngx_log_error(NGX_LOG_WARN, ctx->request->connection->log, 0,
+                      "idempotency: key \"%V\" is no longer held by this "
+                      "request (lease lost)", &ctx->key);
+    }
+}
+
+
+void
+ngx_http_idempotency_handed_over(ngx_http_idempotency_ctx_t *ctx)
+{
+    ctx->owner = 0;
+
+    if (ctx->renew_ev.timer_set) {
+        ngx_del_timer(&ctx->renew_ev);
+    }
+}
+
+
+void
+ngx_http_idempotency_release(ngx_http_idempotency_ctx_t *ctx,
+    const char *why)
+{
+    if (!ctx->owner) {
+        return;
+    }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
+                   "idempotency: releasing key \"%V\": %s", &ctx->key, why);
+
+    ngx_http_idempotency_handed_over(ctx);
+    ngx_http_idempotency_release_key(ctx->shard, ctx->key_hash, ctx->token);
+}
+
+
+static void
+ngx_http_idempotency_release_key(ngx_http_idempotency_shard_t *shard,
+    u_char *key_hash, u_char *token)
+{
+    ngx_http_idempotency_op_t  *op;
+
+    op = ngx_http_idempotency_sql_release(shard, ngx_cycle->log, key_hash,
+                                          token);
+    if (op == NULL) {
+        return;
+    }
+
+    op->handler = ngx_http_idempotency_release_done;
+    op->data = shard;
+
+    ngx_http_idempotency_op_run(op);
+}
+
+
+static void
+ngx_http_idempotency_release_done(ngx_http_idempotency_op_t *op)
+{
+    ngx_http_idempotency_shard_t  *shard;
+
+    if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK) {
+        return;
+    }
+
+    shard = op->data;
+
+    ngx_log_error(NGX_LOG_ERR, op->log, 0,
+                  "idempotency store \"%V\" mysql=%V: release failed (%ui): "
+                  "the key stays in progress until its lease ends",
+                  &shard->store->name, &shard->name, op->rc);
+}
+
+
+static void
+ngx_http_idempotency_cleanup(void *data)
+{
+    ngx_http_idempotency_ctx_t  *ctx = data;
+
+    ngx_http_idempotency_op_t      *op;
+    ngx_http_idempotency_orphan_t  *o;
+
+    if (ctx->wait_ev.timer_set) {
+        ngx_del_timer(&ctx->wait_ev);
+    }
+
+    if (ctx->renew_op) {
+        ngx_http_idempotency_op_detach(ctx->renew_op);
+        ctx->renew_op = NULL;
+    }
+
+    op = ctx->op;
+
+    if (op) {
+        /* the client left while its claim was in flight: the claim may
+         * still win, and then the key must be given back */
+
+        o = ngx_palloc(op->pool, sizeof(ngx_http_idempotency_orphan_t));
+
+        if (o == NULL) {
+            ngx_http_idempotency_op_detach(op);
+
+        } else {
+            o->shard = ctx->shard;
+            ngx_memcpy(o->key_hash, ctx->key_hash,
+                       NGX_HTTP_IDEMPOTENCY_HASH_LEN);
+            ngx_memcpy(o->token, ctx->token, NGX_HTTP_IDEMPOTENCY_TOKEN_LEN);
+
+            op->handler = ngx_http_idempotency_orphan_done;
+            op->data = o;
+        }
+
+        ctx->op = NULL;
+    }
+
+    ngx_http_idempotency_release(ctx, "request ended before its response "
+                                      "was complete");
+
+    if (ctx->capture) {
+        ngx_destroy_pool(ctx->capture);
+        ctx->capture = NULL;
+    }
+
+    if (ctx->replay_pool) {
+        ngx_destroy_pool(ctx->replay_pool);
+        ctx->replay_pool = NULL;
+    }
+}
+
+
+static void
+ngx_http_idempotency_orphan_done(ngx_http_idempotency_op_t *op)
+{
+    ngx_http_idempotency_orphan_t  *o;
+
+    o = op->data;
+
+    if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK
+        && op->nrows == 1
+        && op->nfields >= NGX_HTTP_IDEMPOTENCY_F_COUNT
+        && ngx_http_idempotency_atoi(&op->fields[NGX_HTTP_IDEMPOTENCY_F_MINE])
+           == 1)
+    {
+        ngx_http_idempotency_release_key(o->shard, o->key_hash, o->token);
+    }
+}
+
+
+ngx_http_idempotency_ctx_t *
+ngx_http_idempotency_get_ctx(ngx_http_request_t *r)
+{
+    ngx_pool_cleanup_t          *cln;
+    ngx_http_idempotency_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_idempotency_module);
+
+    if (ctx || !(r->internal || r->error_page)) {
+        return ctx;
+    }
+
+    /* an internal redirect zeroed r->ctx; the cleanup still has it */
+
+    for (cln = r->pool->cleanup; cln; cln = cln->next) {
+        if (cln->handler == ngx_http_idempotency_cleanup) {
+            ctx = cln->data;
+            ngx_http_set_ctx(r, ctx, ngx_http_idempotency_module);
+            return ctx;
+        }
+    }
+
+    return NULL;
+}
+
+
+ngx_http_idempotency_shard_t *
+ngx_http_idempotency_shard(ngx_http_idempotency_store_t *store,
+    u_char *key_hash)
+{
+    uint32_t                       h;
+    ngx_http_idempotency_shard_t  *shards;
+
+    shards = store->shards.elts;
+
+    if (store->shards.nelts == 1) {
+        return &shards[0];
+    }
+
+    /* the first four bytes of the key hash, big-endian, modulo the
+     * number of servers: stable for a given ordered server list */
+
+    h = ((uint32_t) key_hash[0] << 24) | (key_hash[1] << 16)
+        | (key_hash[2] << 8) | key_hash[3];
+
+    return &shards[h % store->shards.nelts];
+}
+
+
+static ngx_int_t
+ngx_http_idempotency_atoi(ngx_str_t *s)
+{
+    if (s->data == NULL || s->len == 0) {
+        return -1;
+    }
+
+    return ngx_atoi(s->data, s->len);
+}

@@ -1,0 +1,93 @@
+
+/*
+ * ngx_http_idempotency_module: the precontent phase handler (claim,
+ * verdict, replay) and the per-request context it shares with the
+ * capture filter.
+ */
+
+
+#ifndef _NGX_HTTP_IDEMPOTENCY_HANDLER_H_INCLUDED_
+#define _NGX_HTTP_IDEMPOTENCY_HANDLER_H_INCLUDED_
+
+
+#include "ngx_http_idempotency_module.h"
+#include "ngx_http_idempotency_mysql.h"
+#include "ngx_http_idempotency_record.h"
+
+
+/* ctx->phase */
+#define NGX_HTTP_IDEMPOTENCY_PH_BODY      1   /* reading the request body */
+#define NGX_HTTP_IDEMPOTENCY_PH_CLAIM     2   /* claim or poll in flight */
+#define NGX_HTTP_IDEMPOTENCY_PH_WAIT      3   /* held duplicate, timer */
+#define NGX_HTTP_IDEMPOTENCY_PH_RESOLVED  4   /* outcome known */
+#define NGX_HTTP_IDEMPOTENCY_PH_PASSED    5   /* handled; never again */
+
+/* ctx->outcome */
+#define NGX_HTTP_IDEMPOTENCY_OUT_FORWARD  0
+#define NGX_HTTP_IDEMPOTENCY_OUT_REPLAY   1
+#define NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM  2
+#define NGX_HTTP_IDEMPOTENCY_OUT_ERROR    3   /* 500 */
+
+
+typedef struct {
+    ngx_http_request_t                *request;
+    ngx_http_idempotency_loc_conf_t   *conf;
+    ngx_http_idempotency_shard_t      *shard;
+
+    ngx_str_t                          key;
+    ngx_uint_t                         status;     /* $idempotency_status */
+    ngx_uint_t                         phase;
+    ngx_uint_t                         outcome;
+    ngx_uint_t                         problem;
+    time_t                             retry_after;
+
+    ngx_http_idempotency_op_t         *op;         /* claim in flight */
+    ngx_http_idempotency_op_t         *renew_op;
+    ngx_uint_t                         tries;
+    ngx_msec_t                         wait_until;
+    ngx_msec_t                         poll_delay;
+    ngx_event_t                        wait_ev;
+    ngx_event_t                        renew_ev;
+
+    ngx_pool_t                        *replay_pool;
+    ngx_http_idempotency_record_t      record;
+
+    /* capture of the response, in memory the module owns */
+    ngx_pool_t                        *capture;
+    ngx_str_t                          head;
+    ngx_chain_t                       *body;
+    ngx_chain_t                       *tail;
+    size_t                             body_len;
+    off_t                              expect_len;
+    ngx_uint_t                         resp_status;
+
+    unsigned                           owner:1;    /* holds the claim */
+    unsigned                           capturing:1;
+    unsigned                           capture_seen:1;
+    unsigned                           too_large:1;
+
+    u_char                key_hash[NGX_HTTP_IDEMPOTENCY_HASH_LEN];
+    u_char                fingerprint[NGX_HTTP_IDEMPOTENCY_HASH_LEN];
+    u_char                token[NGX_HTTP_IDEMPOTENCY_TOKEN_LEN];
+} ngx_http_idempotency_ctx_t;
+
+
+ngx_int_t ngx_http_idempotency_handler(ngx_http_request_t *r);
+
+/* the context, also after an internal redirect zeroed r->ctx */
+ngx_http_idempotency_ctx_t *ngx_http_idempotency_get_ctx(
+    ngx_http_request_t *r);
+
+/* gives the claim up (the key is free for a retry) */
+void ngx_http_idempotency_release(ngx_http_idempotency_ctx_t *ctx,
+    const char *why);
+
+/* the claim is handed to a completion write: stop renewing the lease */
+void ngx_http_idempotency_handed_over(ngx_http_idempotency_ctx_t *ctx);
+
+/* the shard a key hash lives on */
+ngx_http_idempotency_shard_t *ngx_http_idempotency_shard(
+    ngx_http_idempotency_store_t *store, u_char *key_hash);
+
+
+#endif /* _NGX_HTTP_IDEMPOTENCY_HANDLER_H_INCLUDED_ */

@@ -1,0 +1,276 @@
+
+/*
+ * ngx_http_idempotency_module: the key header, the lookup hash and the
+ * request fingerprint.
+ */
+
+
+#include <openssl/evp.h>
+
+#include "ngx_http_idempotency_key.h"
+
+
+static ngx_int_t ngx_http_idempotency_digest_body(EVP_MD_CTX *md,
+    ngx_http_request_t *r);
+
+
+ngx_int_t
+ngx_http_idempotency_find_header(ngx_http_request_t *r, ngx_str_t *name,
+    ngx_str_t *value)
+{
+    ngx_uint_t        i, n;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h;
+
+    n = 0;
+    part = &r->headers_in.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].key.len != name->len
+            || ngx_strncasecmp(h[i].key.data, name->data, name->len) != 0)
+        {
+            continue;
+        }
+
+        if (n++) {
+            return NGX_ERROR;
+        }
+
+        *value = h[i].value;
+    }
+
+    return n ? NGX_OK : NGX_DECLINED;
+}
+
+
+ngx_int_t
+ngx_http_idempotency_parse_key(ngx_pool_t *pool, ngx_str_t *raw,
+    ngx_str_t *key, const char **reason)
+{
+    u_char  *p, *last, *d, c;
+
+    p = raw->data;
+    last = p + raw->len;
+
+    /* nginx already strips the optional white space around the value */
+
+    if (p == last) {
+        *reason = "the key is empty";
+        return NGX_DECLINED;
+    }
+
+    if (*p != '"') {
+
+        /* a bare token: the characters are the key */
+
+        for ( /* void */ ; p < last; p++) {
+            if (*p <= 0x20 || *p >= 0x7f || *p == '"' || *p == '\\') {
+                *reason = "the key has a byte that is not a visible ASCII "
+                          "character (quote it as a string?)";
+                return NGX_DECLINED;
+            }
+        }
+
+        if (raw->len > NGX_HTTP_IDEMPOTENCY_KEY_MAX) {
+            *reason = "the key is longer than 255 bytes";
+            return NGX_DECLINED;
+        }
+
+        *key = *raw;
+        return NGX_OK;
+    }
+
+    /* an sf-String: unescape into a copy */
+
+    d = ngx_pnalloc(pool, raw->len);
+    if (d == NULL) {
+        return NGX_ERROR;
+    }
+
+    key->data = d;
+
+    for (p++; /* void */; p++) {
+
+        if (p == last) {
+            *reason = "the quoted key has no closing quote";
+            return NGX_DECLINED;
+        }
+
+        c = *p;
+
+        if (c == '"') {
+            break;
+        }
+
+        if (c == '\\') {
+            if (++p == last || (*p != '"' && *p != '\\')) {
+                *reason = "the quoted key has an escape other than "
+                          "\\\" or \\\\";
+                return NGX_DECLINED;
+            }
+
+            c = *p;
+
+        } else if (c < 0x20 || c >= 0x7f) {
+            *reason = "the key has a byte that is not printable ASCII";
+            return NGX_DECLINED;
+        }
+
+        *d++ = c;
+    }
+
+    if (p + 1 != last) {
+        *reason = "the quoted key is followed by other characters";
+        return NGX_DECLINED;
+    }
+
+    key->len = d - key->data;
+
+    if (key->len == 0) {
+        *reason = "the key is empty";
+        return NGX_DECLINED;
+    }
+
+    if (key->len > NGX_HTTP_IDEMPOTENCY_KEY_MAX) {
+        *reason = "the key is longer than 255 bytes";
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_idempotency_key_hash(ngx_str_t *scope, ngx_str_t *key, u_char *out)
+{
+    u_char       len[4];
+    ngx_int_t    rc;
+    EVP_MD_CTX  *md;
+
+    md = EVP_MD_CTX_new();
+    if (md == NULL) {
+        return NGX_ERROR;
+    }
+
+    /* the scope's length first, so ("ab", "c") and ("a", "bc") differ */
+
+    len[0] = (u_char) (scope->len >> 24);
+    len[1] = (u_char) (scope->len >> 16);
+    len[2] = (u_char) (scope->len >> 8);
+    len[3] = (u_char) scope->len;
+
+    rc = NGX_ERROR;
+
+    if (EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1
+        && EVP_DigestUpdate(md, "idempotency-key/1", 17) == 1
+        && EVP_DigestUpdate(md, len, 4) == 1
+        && EVP_DigestUpdate(md, scope->data, scope->len) == 1
+        && EVP_DigestUpdate(md, key->data, key->len) == 1
+        && EVP_DigestFinal_ex(md, out, NULL) == 1)
+    {
+        rc = NGX_OK;
+    }
+
+    EVP_MD_CTX_free(md);
+
+    return rc;
+}
+
+
+ngx_int_t
+ngx_http_idempotency_fingerprint(ngx_http_request_t *r, u_char *out)
+{
+    ngx_int_t    rc;
+    EVP_MD_CTX  *md;
+
+    md = EVP_MD_CTX_new();
+    if (md == NULL) {
+        return NGX_ERROR;
+    }
+
+    rc = NGX_ERROR;
+
+    /* method and URI end with a NUL, which neither may contain */
+
+    if (EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1
+        && EVP_DigestUpdate(md, "idempotency-fp/1", 16) == 1
+        && EVP_DigestUpdate(md, r->method_name.data, r->method_name.len)
+           == 1
+        && EVP_DigestUpdate(md, "", 1) == 1
+        && EVP_DigestUpdate(md, r->unparsed_uri.data, r->unparsed_uri.len)
+           == 1
+        && EVP_DigestUpdate(md, "", 1) == 1
+        && ngx_http_idempotency_digest_body(md, r) == NGX_OK
+        && EVP_DigestFinal_ex(md, out, NULL) == 1)
+    {
+        rc = NGX_OK;
+    }
+
+    EVP_MD_CTX_free(md);
+
+    return rc;
+}
+
+
+static ngx_int_t
+ngx_http_idempotency_digest_body(EVP_MD_CTX *md, ngx_http_request_t *r)
+{
+    off_t         offset;
+    size_t        size;
+    ssize_t       n;
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+    u_char        buf[8192];
+
+    if (r->request_body == NULL) {
+        return NGX_OK;
+    }
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        b = cl->buf;
+
+        if (ngx_buf_in_memory(b)) {
+            if (EVP_DigestUpdate(md, b->pos, b->last - b->pos) != 1) {
+                return NGX_ERROR;
+            }
+
+            continue;
+        }
+
+        if (!b->in_file) {
+            continue;
+        }
+
+        /* a body spilled to a temp file: a local file read, as nginx's
+         * own modules do without aio */
+
+        for (offset = b->file_pos; offset < b->file_last; offset += n) {
+            size = (size_t) ngx_min(b->file_last - offset,
+                                    (off_t) sizeof(buf));
+
+            n = ngx_read_file(b->file, buf, size, offset);
+
+            if (n == NGX_ERROR || n == 0) {
+                return NGX_ERROR;
+            }
+
+            if (EVP_DigestUpdate(md, buf, n) != 1) {
+                return NGX_ERROR;
+            }
+        }
+    }
+
+    return NGX_OK;
+}

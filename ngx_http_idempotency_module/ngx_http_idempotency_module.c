@@ -1,0 +1,964 @@
+
+/*
+ * ngx_http_idempotency_module: directives, variables, module glue.
+ */
+
+
+#include "ngx_http_idempotency_module.h"
+#include "ngx_http_idempotency_filter.h"
+#include "ngx_http_idempotency_handler.h"
+#include "ngx_http_idempotency_mysql.h"
+
+
+#define NGX_HTTP_IDEMPOTENCY_MAX_RESPONSE  (256 * 1024 * 1024)
+
+#define ngx_http_idempotency_word_char(c)                                    \
+    (((c) >= '0' && (c) <= '9') || (((c) | 0x20) >= 'a'                      \
+                                    && ((c) | 0x20) <= 'z'))
+
+
+static char *ngx_http_idempotency_store_block(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
+static ngx_int_t ngx_http_idempotency_cstr(ngx_pool_t *pool, ngx_str_t *s);
+static ngx_int_t ngx_http_idempotency_parse_addr(ngx_conf_t *cf,
+    ngx_http_idempotency_store_t *store, ngx_str_t *addr);
+static ngx_http_idempotency_store_t *ngx_http_idempotency_find_store(
+    ngx_conf_t *cf, ngx_str_t *name);
+static char *ngx_http_idempotency(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_idempotency_methods(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_idempotency_on_store_error(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
+static char *ngx_http_idempotency_set_sec(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_idempotency_set_msec(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
+static char *ngx_http_idempotency_set_size(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
+static char *ngx_http_idempotency_set_header(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
+static char *ngx_http_idempotency_bad_value(ngx_conf_t *cf,
+    ngx_command_t *cmd, char *rv, const char *expected);
+
+static ngx_int_t ngx_http_idempotency_add_variables(ngx_conf_t *cf);
+static ngx_int_t ngx_http_idempotency_status_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
+static ngx_int_t ngx_http_idempotency_key_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
+
+static void *ngx_http_idempotency_create_main_conf(ngx_conf_t *cf);
+static void *ngx_http_idempotency_create_loc_conf(ngx_conf_t *cf);
+static char *ngx_http_idempotency_merge_loc_conf(ngx_conf_t *cf,
+    void *parent, void *child);
+static ngx_int_t ngx_http_idempotency_init(ngx_conf_t *cf);
+static void ngx_http_idempotency_exit_process(ngx_cycle_t *cycle);
+
+
+static ngx_command_t  ngx_http_idempotency_commands[] = {
+
+    { ngx_string("idempotency_store"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_2MORE,
+      ngx_http_idempotency_store_block,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("idempotency"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_idempotency,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("idempotency_methods"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_idempotency_methods,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idempotency_loc_conf_t, methods),
+      NULL },
+
+    { ngx_string("idempotency_header"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_idempotency_set_header,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idempotency_loc_conf_t, header),
+      NULL },
+
+    { ngx_string("idempotency_required"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idempotency_loc_conf_t, required),
+      NULL },
+
+    { ngx_string("idempotency_scope"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_set_complex_value_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idempotency_loc_conf_t, scope),
+      NULL },
+
+    { ngx_string("idempotency_fingerprint"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idempotency_loc_conf_t, fingerprint),
+      NULL },
+
+    { ngx_string("idempotency_ttl"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_idempotency_set_sec,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idempotency_loc_conf_t, ttl),
+      NULL },
+
+    { ngx_string("idempotency_lease"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_idempotency_set_msec,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idempotency_loc_conf_t, lease),
+      NULL },
+
+    { ngx_string("idempotency_wait"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_idempotency_set_msec,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idempotency_loc_conf_t, wait),
+      NULL },
+
+    { ngx_string("idempotency_store_5xx"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idempotency_loc_conf_t, store_5xx),
+      NULL },
+
+    { ngx_string("idempotency_max_response_size"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_idempotency_set_size,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idempotency_loc_conf_t, max_response_size),
+      NULL },
+
+    { ngx_string("idempotency_on_store_error"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_idempotency_on_store_error,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idempotency_loc_conf_t, on_store_error),
+      NULL },
+
+      ngx_null_command
+};
+
+
+static ngx_http_module_t  ngx_http_idempotency_module_ctx = {
+    ngx_http_idempotency_add_variables,    /* preconfiguration */
+    ngx_http_idempotency_init,             /* postconfiguration */
+
+    ngx_http_idempotency_create_main_conf, /* create main configuration */
+    NULL,                                  /* init main configuration */
+
+    NULL,                                  /* create server configuration */
+    NULL,                                  /* merge server configuration */
+
+    ngx_http_idempotency_create_loc_conf,  /* create location configuration */
+    ngx_http_idempotency_merge_loc_conf    /* merge location configuration */
+};
+
+
+ngx_module_t  ngx_http_idempotency_module = {
+    NGX_MODULE_V1,
+    &ngx_http_idempotency_module_ctx,      /* module context */
+    ngx_http_idempotency_commands,         /* module directives */
+    NGX_HTTP_MODULE,                       /* module type */
+    NULL,                                  /* init master */
+    NULL,                                  /* init module */
+    NULL,                                  /* init process */
+    NULL,                                  /* init thread */
+    NULL,                                  /* exit thread */
+    ngx_http_idempotency_exit_process,     /* exit process */
+    NULL,                                  /* exit master */
+    NGX_MODULE_V1_PADDING
+};
+
+
+static ngx_str_t  ngx_http_idempotency_statuses[] = {
+    ngx_string("bypass"),
+    ngx_string("new"),
+    ngx_string("replay"),
+    ngx_string("conflict"),
+    ngx_string("mismatch"),
+    ngx_string("invalid"),
+    ngx_string("missing"),
+    ngx_string("takeover"),
+    ngx_string("error"),
+    ngx_string("unstored")
+};
+
+
+static ngx_http_variable_t  ngx_http_idempotency_vars[] = {
+
+    { ngx_string("idempotency_status"), NULL,
+      ngx_http_idempotency_status_variable, 0,
+      NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("idempotency_key"), NULL,
+      ngx_http_idempotency_key_variable, 0,
+      NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+      ngx_http_null_variable
+};
+
+
+static ngx_conf_bitmask_t  ngx_http_idempotency_method_names[] = {
+    { ngx_string("GET"), NGX_HTTP_GET },
+    { ngx_string("HEAD"), NGX_HTTP_HEAD },
+    { ngx_string("POST"), NGX_HTTP_POST },
+    { ngx_string("PUT"), NGX_HTTP_PUT },
+    { ngx_string("DELETE"), NGX_HTTP_DELETE },
+    { ngx_string("PATCH"), NGX_HTTP_PATCH },
+    { ngx_string("OPTIONS"), NGX_HTTP_OPTIONS },
+    { ngx_null_string, 0 }
+};
+
+
+/*
+ * idempotency_store NAME mysql=ADDR [mysql=ADDR ...] user=U password=P
+ *                   database=DB [table=T] [pool=N] [connect_timeout=T]
+ *                   [query_timeout=T] [wait_queue=N];
+ */
+
+static char *
+ngx_http_idempotency_store_block(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    u_char                        *p;
+    ngx_int_t                      n;
+    ngx_str_t                     *value, v;
+    ngx_uint_t                     i;
+    ngx_http_idempotency_store_t  *store;
+
+    value = cf->args->elts;
+
+    store = ngx_http_idempotency_find_store(cf, &value[1]);
+    if (store == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    if (store->defined) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "idempotency store \"%V\" is already defined",
+                           &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    store->defined = 1;
+
+    for (i = 2; i < cf->args->nelts; i++) {
+
+        p = ngx_strlchr(value[i].data, value[i].data + value[i].len, '=');
+
+        if (p == NULL) {
+            goto invalid;
+        }
+
+        v.data = p + 1;
+        v.len = value[i].data + value[i].len - v.data;
+
+#define ngx_http_idempotency_param(name)                                     \
+        ((size_t) (p - value[i].data) == sizeof(name) - 1                    \
+         && ngx_strncmp(value[i].data, name, sizeof(name) - 1) == 0)
+
+        if (ngx_http_idempotency_param("mysql")) {
+            if (ngx_http_idempotency_parse_addr(cf, store, &v) != NGX_OK) {
+                return NGX_CONF_ERROR;
+            }
+
+            continue;
+        }
+
+        if (ngx_http_idempotency_param("user")) {
+            store->user = v;
+            continue;
+        }
+
+        if (ngx_http_idempotency_param("password")) {
+            store->password = v;
+            continue;
+        }
+
+        if (ngx_http_idempotency_param("database")) {
+            store->database = v;
+            continue;
+        }
+
+        if (ngx_http_idempotency_param("table")) {
+            for (p = v.data; p < v.data + v.len; p++) {
+                if (!(ngx_http_idempotency_word_char(*p) || *p == '_')) {
+                    goto invalid;
+                }
+            }
+
+            if (v.len == 0 || v.len > 64) {
+                goto invalid;
+            }
+
+            store->table = v;
+            continue;
+        }
+
+        if (ngx_http_idempotency_param("pool")
+            || ngx_http_idempotency_param("wait_queue"))
+        {
+            n = ngx_atoi(v.data, v.len);
+
+            if (n == NGX_ERROR || (n == 0 && value[i].data[0] == 'p')
+                || n > 65535)
+            {
+                goto invalid;
+            }
+
+            if (value[i].data[0] == 'p') {
+                store->pool_size = n;
+
+            } else {
+                store->wait_queue = n;
+            }
+
+            continue;
+        }
+
+        if (ngx_http_idempotency_param("connect_timeout")
+            || ngx_http_idempotency_param("query_timeout"))
+        {
+            n = ngx_parse_time(&v, 0);
+
+            if (n == NGX_ERROR || n == 0) {
+                goto invalid;
+            }
+
+            if (value[i].data[0] == 'c') {
+                store->connect_timeout = n;
+
+            } else {
+                store->query_timeout = n;
+            }
+
+            continue;
+        }
+
+#undef ngx_http_idempotency_param
+
+        goto invalid;
+    }
+
+    if (store->shards.nelts == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "idempotency store \"%V\" has no \"mysql=\" "
+                           "server", &store->name);
+        return NGX_CONF_ERROR;
+    }
+
+    if (store->user.len == 0 || store->database.len == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "idempotency store \"%V\" needs \"user=\" and "
+                           "\"database=\"", &store->name);
+        return NGX_CONF_ERROR;
+    }
+
+    /* the client library wants C strings */
+
+    if (ngx_http_idempotency_cstr(cf->pool, &store->user) != NGX_OK
+        || ngx_http_idempotency_cstr(cf->pool, &store->password) != NGX_OK
+        || ngx_http_idempotency_cstr(cf->pool, &store->database) != NGX_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+
+invalid:
+
+    /* never echo a password back */
+
+    if (ngx_strncmp(value[i].data, "password=", 9) == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid \"password=\" parameter in "
+                           "\"idempotency_store\"");
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "invalid parameter \"%V\" in \"idempotency_store\"",
+                       &value[i]);
+
+    return NGX_CONF_ERROR;
+}
+
+
+static ngx_int_t
+ngx_http_idempotency_cstr(ngx_pool_t *pool, ngx_str_t *s)
+{
+    u_char  *p;
+
+    p = ngx_pnalloc(pool, s->len + 1);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    *ngx_cpymem(p, s->data, s->len) = '\0';
+    s->data = p;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_idempotency_parse_addr(ngx_conf_t *cf,
+    ngx_http_idempotency_store_t *store, ngx_str_t *addr)
+{
+    u_char                        *p;
+    ngx_url_t                      u;
+    ngx_http_idempotency_shard_t  *shard;
+
+    shard = ngx_array_push(&store->shards);
+    if (shard == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memzero(shard, sizeof(ngx_http_idempotency_shard_t));
+
+    shard->index = store->shards.nelts - 1;
+    shard->store = store;
+
+    if (addr->len >= 5 && ngx_strncmp(addr->data, "unix:", 5) == 0) {
+        shard->name = *addr;
+        shard->socket.data = addr->data + 5;
+        shard->socket.len = addr->len - 5;
+
+        if (shard->socket.len == 0) {
+            goto invalid;
+        }
+
+        return ngx_http_idempotency_cstr(cf->pool, &shard->socket);
+    }
+
+    /* a name is looked up here, once, at configuration time: the client
+     * library's own lookups would block a worker */
+
+    ngx_memzero(&u, sizeof(ngx_url_t));
+
+    u.url = *addr;
+    u.default_port = 3306;
+
+    if (ngx_parse_url(cf->pool, &u) != NGX_OK) {
+        if (u.err) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "%s in \"mysql=%V\" of \"idempotency_store\"",
+                               u.err, addr);
+            return NGX_ERROR;
+        }
+
+        goto invalid;
+    }
+
+    if (u.naddrs == 0 || u.uri.len) {
+        goto invalid;
+    }
+
+    p = ngx_pnalloc(cf->pool, NGX_SOCKADDR_STRLEN + 1);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    shard->host.data = p;
+    shard->host.len = ngx_sock_ntop(u.addrs[0].sockaddr, u.addrs[0].socklen,
+                                    p, NGX_SOCKADDR_STRLEN, 0);
+    p[shard->host.len] = '\0';
+
+    shard->port = ngx_inet_get_port(u.addrs[0].sockaddr);
+    shard->name = u.addrs[0].name;
+
+    return NGX_OK;
+
+invalid:
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "invalid address \"mysql=%V\" in \"idempotency_store\", "
+                       "it must be IP:port, host:port or unix:/path", addr);
+    return NGX_ERROR;
+}
+
+
+static ngx_http_idempotency_store_t *
+ngx_http_idempotency_find_store(ngx_conf_t *cf, ngx_str_t *name)
+{
+    ngx_uint_t                         i;
+    ngx_http_idempotency_store_t     **stores, *store;
+    ngx_http_idempotency_main_conf_t  *imcf;
+
+    imcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_idempotency_module);
+
+    stores = imcf->stores.elts;
+
+    for (i = 0; i < imcf->stores.nelts; i++) {
+        if (stores[i]->name.len == name->len
+            && ngx_strncmp(stores[i]->name.data, name->data, name->len) == 0)
+        {
+            return stores[i];
+        }
+    }
+
+    store = ngx_pcalloc(cf->pool, sizeof(ngx_http_idempotency_store_t));
+    if (store == NULL) {
+        return NULL;
+    }
+
+    if (ngx_array_init(&store->shards, cf->pool, 2,
+                       sizeof(ngx_http_idempotency_shard_t))
+        != NGX_OK)
+    {
+        return NULL;
+    }
+
+    store->name = *name;
+    ngx_str_set(&store->table, "idempotency_keys");
+    store->pool_size = 16;
+    store->wait_queue = 256;
+    store->connect_timeout = 1000;
+    store->query_timeout = 2000;
+    store->conf_file = cf->conf_file->file.name.data;
+    store->conf_line = cf->conf_file->line;
+
+    stores = ngx_array_push(&imcf->stores);
+    if (stores == NULL) {
+        return NULL;
+    }
+
+    *stores = store;
+
+    return store;
+}
+
+
+static char *
+ngx_http_idempotency(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_idempotency_loc_conf_t  *ilcf = conf;
+
+    ngx_str_t  *value;
+
+    if (ilcf->store != NGX_CONF_UNSET_PTR) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (value[1].len == 3 && ngx_strncmp(value[1].data, "off", 3) == 0) {
+        ilcf->store = NULL;
+        return NGX_CONF_OK;
+    }
+
+    ilcf->store = ngx_http_idempotency_find_store(cf, &value[1]);
+    if (ilcf->store == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_idempotency_methods(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_idempotency_loc_conf_t  *ilcf = conf;
+
+    ngx_str_t           *value;
+    ngx_uint_t           i;
+    ngx_conf_bitmask_t  *m;
+
+    if (ilcf->methods) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    for (i = 1; i < cf->args->nelts; i++) {
+
+        for (m = ngx_http_idempotency_method_names; m->name.len; m++) {
+            if (m->name.len == value[i].len
+                && ngx_strncmp(m->name.data, value[i].data, m->name.len)
+                   == 0)
+            {
+                break;
+            }
+        }
+
+        if (m->name.len == 0) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid method \"%V\" in "
+                               "\"idempotency_methods\" directive, it must "
+                               "be one of GET HEAD POST PUT DELETE PATCH "
+                               "OPTIONS", &value[i]);
+            return NGX_CONF_ERROR;
+        }
+
+        ilcf->methods |= m->mask;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_idempotency_on_store_error(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_idempotency_loc_conf_t  *ilcf = conf;
+
+    ngx_str_t  *value;
+
+    if (ilcf->on_store_error != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (ngx_strcmp(value[1].data, "reject") == 0) {
+        ilcf->on_store_error = NGX_HTTP_IDEMPOTENCY_STORE_REJECT;
+
+    } else if (ngx_strcmp(value[1].data, "pass") == 0) {
+        ilcf->on_store_error = NGX_HTTP_IDEMPOTENCY_STORE_PASS;
+
+    } else {
+        return ngx_http_idempotency_bad_value(cf, cmd, NGX_CONF_ERROR,
+                                              "it must be \"reject\" or "
+                                              "\"pass\"");
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_idempotency_set_sec(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    char  *rv;
+
+    rv = ngx_conf_set_sec_slot(cf, cmd, conf);
+
+    if (rv == NGX_CONF_OK
+        && *(time_t *) ((char *) conf + cmd->offset) == 0)
+    {
+        rv = NGX_CONF_ERROR;
+    }
+
+    return ngx_http_idempotency_bad_value(cf, cmd, rv,
+                                          "it must be a time of at least 1s, "
+                                          "such as 24h");
+}
+
+
+static char *
+ngx_http_idempotency_set_msec(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    char  *rv;
+
+    rv = ngx_conf_set_msec_slot(cf, cmd, conf);
+
+    /* a zero lease would let any duplicate take over at once */
+
+    if (rv == NGX_CONF_OK
+        && cmd->offset == offsetof(ngx_http_idempotency_loc_conf_t, lease)
+        && *(ngx_msec_t *) ((char *) conf + cmd->offset) < 100)
+    {
+        return ngx_http_idempotency_bad_value(cf, cmd, NGX_CONF_ERROR,
+                                              "the lease must be at least "
+                                              "100ms");
+    }
+
+    return ngx_http_idempotency_bad_value(cf, cmd, rv,
+                                          "it must be a time, such as 30s "
+                                          "or 500ms");
+}
+
+
+static char *
+ngx_http_idempotency_set_size(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    char  *rv;
+
+    rv = ngx_conf_set_size_slot(cf, cmd, conf);
+
+    /* the stored record travels in one statement (max_allowed_packet) */
+
+    if (rv == NGX_CONF_OK
+        && *(size_t *) ((char *) conf + cmd->offset)
+           > NGX_HTTP_IDEMPOTENCY_MAX_RESPONSE)
+    {
+        rv = NGX_CONF_ERROR;
+    }
+
+    return ngx_http_idempotency_bad_value(cf, cmd, rv,
+                                          "it must be a size up to 256m");
+}
+
+
+static char *
+ngx_http_idempotency_set_header(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    char        *rv;
+    u_char      *p;
+    ngx_str_t   *value;
+
+    rv = ngx_conf_set_str_slot(cf, cmd, conf);
+
+    if (rv != NGX_CONF_OK) {
+        return rv;
+    }
+
+    value = cf->args->elts;
+
+    for (p = value[1].data; p < value[1].data + value[1].len; p++) {
+        if (!(ngx_http_idempotency_word_char(*p) || *p == '-' || *p == '_')) {
+            rv = NGX_CONF_ERROR;
+            break;
+        }
+    }
+
+    if (value[1].len == 0) {
+        rv = NGX_CONF_ERROR;
+    }
+
+    return ngx_http_idempotency_bad_value(cf, cmd, rv,
+                                          "it must be a header name");
+}
+
+
+static char *
+ngx_http_idempotency_bad_value(ngx_conf_t *cf, ngx_command_t *cmd, char *rv,
+    const char *expected)
+{
+    ngx_str_t  *value;
+
+    if (rv == NGX_CONF_OK
+        || (rv != NGX_CONF_ERROR && ngx_strcmp(rv, "is duplicate") == 0))
+    {
+        return rv;
+    }
+
+    value = cf->args->elts;
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "invalid value \"%V\" in \"%V\" directive, %s",
+                       &value[1], &cmd->name, expected);
+
+    return NGX_CONF_ERROR;
+}
+
+
+static ngx_int_t
+ngx_http_idempotency_add_variables(ngx_conf_t *cf)
+{
+    ngx_http_variable_t  *var, *v;
+
+    for (v = ngx_http_idempotency_vars; v->name.len; v++) {
+        var = ngx_http_add_variable(cf, &v->name, v->flags);
+        if (var == NULL) {
+            return NGX_ERROR;
+        }
+
+        var->get_handler = v->get_handler;
+        var->data = v->data;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_idempotency_status_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    ngx_uint_t                   status;
+    ngx_http_idempotency_ctx_t  *ctx;
+
+    ctx = ngx_http_idempotency_get_ctx(r->main);
+
+    status = ctx ? ctx->status : NGX_HTTP_IDEMPOTENCY_BYPASS;
+
+    v->len = ngx_http_idempotency_statuses[status].len;
+    v->data = ngx_http_idempotency_statuses[status].data;
+    v->valid = 1;
+    v->no_cacheable = 1;
+    v->not_found = 0;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_idempotency_key_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    ngx_http_idempotency_ctx_t  *ctx;
+
+    ctx = ngx_http_idempotency_get_ctx(r->main);
+
+    if (ctx == NULL || ctx->key.len == 0) {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+
+    v->len = ctx->key.len;
+    v->data = ctx->key.data;
+    v->valid = 1;
+    v->no_cacheable = 1;
+    v->not_found = 0;
+
+    return NGX_OK;
+}
+
+
+static void *
+ngx_http_idempotency_create_main_conf(ngx_conf_t *cf)
+{
+    ngx_http_idempotency_main_conf_t  *imcf;
+
+    imcf = ngx_pcalloc(cf->pool, sizeof(ngx_http_idempotency_main_conf_t));
+    if (imcf == NULL) {
+        return NULL;
+    }
+
+    if (ngx_array_init(&imcf->stores, cf->pool, 2,
+                       sizeof(ngx_http_idempotency_store_t *))
+        != NGX_OK)
+    {
+        return NULL;
+    }
+
+    return imcf;
+}
+
+
+static void *
+ngx_http_idempotency_create_loc_conf(ngx_conf_t *cf)
+{
+    ngx_http_idempotency_loc_conf_t  *conf;
+
+    conf = ngx_pcalloc(cf->pool, sizeof(ngx_http_idempotency_loc_conf_t));
+    if (conf == NULL) {
+        return NULL;
+    }
+
+    /*
+     * set by ngx_pcalloc():
+     *
+     *     conf->methods = 0;
+     *     conf->header = { 0, NULL };
+     *     conf->scope = NULL;
+     */
+
+    conf->store = NGX_CONF_UNSET_PTR;
+    conf->required = NGX_CONF_UNSET;
+    conf->fingerprint = NGX_CONF_UNSET;
+    conf->ttl = NGX_CONF_UNSET;
+    conf->lease = NGX_CONF_UNSET_MSEC;
+    conf->wait = NGX_CONF_UNSET_MSEC;
+    conf->store_5xx = NGX_CONF_UNSET;
+    conf->max_response_size = NGX_CONF_UNSET_SIZE;
+    conf->on_store_error = NGX_CONF_UNSET_UINT;
+
+    return conf;
+}
+
+
+static char *
+ngx_http_idempotency_merge_loc_conf(ngx_conf_t *cf, void *parent,
+    void *child)
+{
+    ngx_http_idempotency_loc_conf_t  *prev = parent;
+    ngx_http_idempotency_loc_conf_t  *conf = child;
+
+    ngx_conf_merge_ptr_value(conf->store, prev->store, NULL);
+
+    if (conf->methods == 0) {
+        conf->methods = prev->methods ? prev->methods
+                                      : (NGX_HTTP_POST|NGX_HTTP_PATCH);
+    }
+
+    ngx_conf_merge_str_value(conf->header, prev->header, "Idempotency-Key");
+    ngx_conf_merge_value(conf->required, prev->required, 0);
+
+    if (conf->scope == NULL) {
+        conf->scope = prev->scope;
+    }
+
+    ngx_conf_merge_value(conf->fingerprint, prev->fingerprint, 1);
+    ngx_conf_merge_value(conf->ttl, prev->ttl, 86400);
+    ngx_conf_merge_msec_value(conf->lease, prev->lease, 30000);
+    ngx_conf_merge_msec_value(conf->wait, prev->wait, 0);
+    ngx_conf_merge_value(conf->store_5xx, prev->store_5xx, 0);
+    ngx_conf_merge_size_value(conf->max_response_size,
+                              prev->max_response_size, 1024 * 1024);
+    ngx_conf_merge_uint_value(conf->on_store_error, prev->on_store_error,
+                              NGX_HTTP_IDEMPOTENCY_STORE_REJECT);
+
+    if (conf->store && (ngx_msec_t) conf->ttl * 1000 <= conf->lease) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"idempotency_lease\" (%Mms) must be shorter "
+                           "than \"idempotency_ttl\" (%Ts)",
+                           conf->lease, conf->ttl);
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static ngx_int_t
+ngx_http_idempotency_init(ngx_conf_t *cf)
+{
+    ngx_uint_t                          i;
+    ngx_http_handler_pt                *h;
+    ngx_http_core_main_conf_t          *cmcf;
+    ngx_http_idempotency_store_t      **stores;
+    ngx_http_idempotency_main_conf_t   *imcf;
+
+    imcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_idempotency_module);
+
+    stores = imcf->stores.elts;
+
+    for (i = 0; i < imcf->stores.nelts; i++) {
+        if (!stores[i]->defined) {
+            ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                          "idempotency store \"%V\" is not defined "
+                          "(no \"idempotency_store %V ...\") in %s:%ui",
+                          &stores[i]->name, &stores[i]->name,
+                          stores[i]->conf_file, stores[i]->conf_line);
+            return NGX_ERROR;
+        }
+    }
+
+    cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
+
+    h = ngx_array_push(&cmcf->phases[NGX_HTTP_PRECONTENT_PHASE].handlers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    *h = ngx_http_idempotency_handler;
+
+    return ngx_http_idempotency_filter_init(cf);
+}
+
+
+static void
+ngx_http_idempotency_exit_process(ngx_cycle_t *cycle)
+{
+    ngx_http_idempotency_mysql_exit(cycle);
+}

@@ -1,0 +1,97 @@
+
+/*
+ * ngx_http_idempotency_module: shared definitions.
+ */
+
+
+#ifndef _NGX_HTTP_IDEMPOTENCY_MODULE_H_INCLUDED_
+#define _NGX_HTTP_IDEMPOTENCY_MODULE_H_INCLUDED_
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+
+#define NGX_HTTP_IDEMPOTENCY_HASH_LEN     32     /* SHA-256 */
+#define NGX_HTTP_IDEMPOTENCY_TOKEN_LEN    16
+#define NGX_HTTP_IDEMPOTENCY_KEY_MAX      255
+
+/* what the request became; $idempotency_status */
+#define NGX_HTTP_IDEMPOTENCY_BYPASS       0
+#define NGX_HTTP_IDEMPOTENCY_NEW          1
+#define NGX_HTTP_IDEMPOTENCY_REPLAY       2
+#define NGX_HTTP_IDEMPOTENCY_CONFLICT     3
+#define NGX_HTTP_IDEMPOTENCY_MISMATCH     4
+#define NGX_HTTP_IDEMPOTENCY_INVALID      5
+#define NGX_HTTP_IDEMPOTENCY_MISSING      6
+#define NGX_HTTP_IDEMPOTENCY_TAKEOVER     7
+#define NGX_HTTP_IDEMPOTENCY_ERROR        8
+#define NGX_HTTP_IDEMPOTENCY_UNSTORED     9
+
+/* row states in the store */
+#define NGX_HTTP_IDEMPOTENCY_ROW_PROGRESS   0
+#define NGX_HTTP_IDEMPOTENCY_ROW_DONE       1
+#define NGX_HTTP_IDEMPOTENCY_ROW_UNSTORED   2
+
+#define NGX_HTTP_IDEMPOTENCY_STORE_REJECT   0
+#define NGX_HTTP_IDEMPOTENCY_STORE_PASS     1
+
+
+typedef struct ngx_http_idempotency_store_s  ngx_http_idempotency_store_t;
+
+
+/* one MySQL server of a store; "pool" is per worker, made on first use */
+typedef struct {
+    ngx_str_t                       name;      /* "127.0.0.1:3306" */
+    ngx_str_t                       host;      /* IP literal, NUL-ended */
+    in_port_t                       port;
+    ngx_str_t                       socket;    /* unix path, NUL-ended */
+    ngx_uint_t                      index;
+    ngx_http_idempotency_store_t   *store;
+    void                           *pool;
+} ngx_http_idempotency_shard_t;
+
+
+struct ngx_http_idempotency_store_s {
+    ngx_str_t                       name;
+    ngx_array_t                     shards;    /* of ..._shard_t */
+    ngx_str_t                       user;      /* NUL-ended */
+    ngx_str_t                       password;  /* NUL-ended, never logged */
+    ngx_str_t                       database;  /* NUL-ended */
+    ngx_str_t                       table;     /* checked: [A-Za-z0-9_] */
+    ngx_uint_t                      pool_size;
+    ngx_uint_t                      wait_queue;
+    ngx_msec_t                      connect_timeout;
+    ngx_msec_t                      query_timeout;
+    u_char                         *conf_file;  /* first reference */
+    ngx_uint_t                      conf_line;
+    unsigned                        defined:1;
+};
+
+
+typedef struct {
+    ngx_array_t                     stores;    /* of ..._store_t * */
+} ngx_http_idempotency_main_conf_t;
+
+
+typedef struct {
+    ngx_http_idempotency_store_t   *store;     /* NULL: off */
+    ngx_uint_t                      methods;
+    ngx_str_t                       header;
+    ngx_flag_t                      required;
+    ngx_http_complex_value_t       *scope;
+    ngx_flag_t                      fingerprint;
+    time_t                          ttl;
+    ngx_msec_t                      lease;
+    ngx_msec_t                      wait;
+    ngx_flag_t                      store_5xx;
+    size_t                          max_response_size;
+    ngx_uint_t                      on_store_error;
+} ngx_http_idempotency_loc_conf_t;
+
+
+extern ngx_module_t  ngx_http_idempotency_module;
+
+
+#endif /* _NGX_HTTP_IDEMPOTENCY_MODULE_H_INCLUDED_ */

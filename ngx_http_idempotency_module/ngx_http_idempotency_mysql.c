@@ -1,0 +1,1799 @@
+
+/*
+ * ngx_http_idempotency_module: per-worker non-blocking MySQL pool.
+ *
+ * MariaDB Connector/C's non-blocking API (mysql_*_start/_cont) driven by
+ * nginx events on the driver's socket.  Nothing here blocks the worker:
+ * the driver only returns to us when it would block, and tells us what
+ * to wait for (read, write, a timeout); we wait for that with nginx
+ * events and timers and then resume it with _cont.
+ *
+ * Each shard of a store gets, per worker and on first use, a pool:
+ *
+ *   idle     connected, nothing to do; the read event stays armed so
+ *            that a server that goes away is noticed (EOF) and the
+ *            connection closed; no timers, so an idle connection never
+ *            holds a gracefully exiting worker;
+ *   busy     connecting or running an op;
+ *   waiting  ops queued for a connection (at most store->wait_queue
+ *            beyond the connections that are being made for them).
+ *
+ * The driver owns the socket and closes it: our ngx_connection_t only
+ * wraps the fd for the event loop and is given back with
+ * ngx_free_connection(), never ngx_close_connection().  The driver
+ * leaves the socket in blocking mode and reads/writes it with
+ * MSG_DONTWAIT, so any I/O of our own on it must use MSG_DONTWAIT too.
+ *
+ * A connection in an unknown state (op timed out, lost) is aborted:
+ * shutdown() makes every further read/write of the driver fail at once,
+ * the interrupted call is run to its (failed) end so that the driver
+ * releases what it holds, and mysql_close_start() then finishes at once
+ * because there is nothing left to wait for.
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_event.h>
+#include <ngx_http.h>
+
+#include <mysql.h>
+#include <errmsg.h>
+#include <mysqld_error.h>
+
+#include "ngx_http_idempotency_mysql.h"
+
+
+#define NGX_HTTP_IDEMPOTENCY_MYSQL_CONNECT      0
+#define NGX_HTTP_IDEMPOTENCY_MYSQL_IDLE         1
+#define NGX_HTTP_IDEMPOTENCY_MYSQL_QUERY        2
+#define NGX_HTTP_IDEMPOTENCY_MYSQL_STORE        3
+#define NGX_HTTP_IDEMPOTENCY_MYSQL_NEXT         4
+
+#define NGX_HTTP_IDEMPOTENCY_MYSQL_BACKOFF_MIN  100
+#define NGX_HTTP_IDEMPOTENCY_MYSQL_BACKOFF_MAX  5000
+
+/* _cont calls allowed to let an interrupted call fail on a dead socket */
+#define NGX_HTTP_IDEMPOTENCY_MYSQL_ABORT_STEPS  16
+
+#define NGX_HTTP_IDEMPOTENCY_MYSQL_ERRLEN       256
+
+#define NGX_HTTP_IDEMPOTENCY_MYSQL_INIT_COMMAND                               \
+    "SET SESSION sql_mode='NO_ENGINE_SUBSTITUTION', time_zone='+00:00'"
+
+
+typedef struct {
+    ngx_http_idempotency_shard_t      *shard;
+    ngx_http_idempotency_store_t      *store;
+    ngx_log_t                         *log;
+
+    ngx_queue_t                        idle;      /* of ..._conn_t */
+    ngx_queue_t                        busy;      /* of ..._conn_t */
+    ngx_queue_t                        waiting;   /* of ..._op_t */
+    ngx_queue_t                        spare;     /* unused ..._conn_t */
+
+    ngx_uint_t                         nconns;    /* idle + busy */
+    ngx_uint_t                         nconnect;  /* in CONNECT state */
+    ngx_uint_t                         nunbound;  /* connects for the
+                                                     queue, not for an op */
+    ngx_uint_t                         nwaiting;
+
+    /* connect failures: backoff, and the error handed to OP_DOWN ops */
+    ngx_msec_t                         backoff;
+    ngx_msec_t                         failed_at;
+    ngx_msec_t                         retry_at;
+    ngx_uint_t                         last_err;
+    size_t                             last_error_len;
+    u_char                             last_error[
+                                           NGX_HTTP_IDEMPOTENCY_MYSQL_ERRLEN];
+
+    unsigned                           down:1;
+} ngx_http_idempotency_mysql_pool_t;
+
+
+typedef struct {
+    ngx_queue_t                        queue;
+    ngx_http_idempotency_mysql_pool_t *pool;
+    ngx_http_idempotency_op_t         *op;
+
+    MYSQL                             *mysql;
+    ngx_connection_t                  *c;
+
+    /* results of the interrupted calls */
+    MYSQL                             *connected;
+    MYSQL_RES                         *res;
+    int                                ret;
+
+    int                                events;    /* the driver's mask */
+    ngx_uint_t                         state;
+    ngx_uint_t                         nresults;
+    ngx_msec_t                         started;
+
+    ngx_event_t                        timer;     /* connect_timeout */
+    ngx_event_t                        wait;      /* MYSQL_WAIT_TIMEOUT */
+
+    unsigned                           reused:1;
+    unsigned                           unbound:1; /* counted in nunbound */
+} ngx_http_idempotency_mysql_conn_t;
+
+
+static ngx_http_idempotency_mysql_pool_t *ngx_http_idempotency_mysql_pool(
+    ngx_http_idempotency_shard_t *shard);
+static ngx_uint_t ngx_http_idempotency_mysql_backoff(
+    ngx_http_idempotency_mysql_pool_t *pool);
+static void ngx_http_idempotency_mysql_kick(
+    ngx_http_idempotency_mysql_pool_t *pool);
+static void ngx_http_idempotency_mysql_fail_waiting(
+    ngx_http_idempotency_mysql_pool_t *pool);
+
+static ngx_int_t ngx_http_idempotency_mysql_open(
+    ngx_http_idempotency_mysql_pool_t *pool, ngx_http_idempotency_op_t *op);
+static ngx_int_t ngx_http_idempotency_mysql_connected(
+    ngx_http_idempotency_mysql_conn_t *conn);
+static ngx_int_t ngx_http_idempotency_mysql_connect_failed(
+    ngx_http_idempotency_mysql_conn_t *conn, ngx_uint_t err, u_char *text,
+    size_t len);
+static void ngx_http_idempotency_mysql_connect_timeout(ngx_event_t *ev);
+
+static ngx_int_t ngx_http_idempotency_mysql_start(
+    ngx_http_idempotency_mysql_conn_t *conn, ngx_http_idempotency_op_t *op);
+static ngx_int_t ngx_http_idempotency_mysql_process(
+    ngx_http_idempotency_mysql_conn_t *conn, int status);
+static int ngx_http_idempotency_mysql_cont(
+    ngx_http_idempotency_mysql_conn_t *conn, int ready);
+static ngx_int_t ngx_http_idempotency_mysql_result(
+    ngx_http_idempotency_mysql_conn_t *conn);
+static ngx_int_t ngx_http_idempotency_mysql_failed(
+    ngx_http_idempotency_mysql_conn_t *conn);
+static ngx_int_t ngx_http_idempotency_mysql_done(
+    ngx_http_idempotency_mysql_conn_t *conn, ngx_uint_t rc);
+static ngx_int_t ngx_http_idempotency_mysql_abort_op(
+    ngx_http_idempotency_mysql_conn_t *conn, ngx_uint_t rc, char *text);
+static void ngx_http_idempotency_mysql_next(
+    ngx_http_idempotency_mysql_conn_t *conn);
+static void ngx_http_idempotency_mysql_park(
+    ngx_http_idempotency_mysql_conn_t *conn);
+
+static ngx_int_t ngx_http_idempotency_mysql_wait(
+    ngx_http_idempotency_mysql_conn_t *conn, int status);
+static void ngx_http_idempotency_mysql_resume(
+    ngx_http_idempotency_mysql_conn_t *conn, int ready);
+static void ngx_http_idempotency_mysql_read_handler(ngx_event_t *rev);
+static void ngx_http_idempotency_mysql_write_handler(ngx_event_t *wev);
+static void ngx_http_idempotency_mysql_wait_handler(ngx_event_t *ev);
+static void ngx_http_idempotency_mysql_idle_check(
+    ngx_http_idempotency_mysql_conn_t *conn);
+
+static ngx_socket_t ngx_http_idempotency_mysql_socket(
+    ngx_http_idempotency_mysql_conn_t *conn);
+static ngx_int_t ngx_http_idempotency_mysql_attach(
+    ngx_http_idempotency_mysql_conn_t *conn, ngx_socket_t s);
+static void ngx_http_idempotency_mysql_detach(
+    ngx_http_idempotency_mysql_conn_t *conn);
+static void ngx_http_idempotency_mysql_discard(
+    ngx_http_idempotency_mysql_conn_t *conn);
+
+static void ngx_http_idempotency_mysql_op_timeout(ngx_event_t *ev);
+static void ngx_http_idempotency_mysql_op_posted(ngx_event_t *ev);
+static void ngx_http_idempotency_mysql_op_finish(
+    ngx_http_idempotency_op_t *op, ngx_uint_t rc);
+static void ngx_http_idempotency_mysql_op_down(ngx_http_idempotency_op_t *op);
+static void ngx_http_idempotency_mysql_op_error(
+    ngx_http_idempotency_op_t *op, ngx_uint_t err, u_char *text, size_t len);
+static void ngx_http_idempotency_mysql_op_drop(ngx_http_idempotency_op_t *op);
+
+
+ngx_http_idempotency_op_t *
+ngx_http_idempotency_op_create(ngx_http_idempotency_shard_t *shard,
+    ngx_log_t *log, size_t sql_size)
+{
+    ngx_pool_t                 *pool;
+    ngx_http_idempotency_op_t  *op;
+
+    pool = ngx_create_pool(4096, log);
+    if (pool == NULL) {
+        return NULL;
+    }
+
+    op = ngx_pcalloc(pool, sizeof(ngx_http_idempotency_op_t));
+    if (op == NULL) {
+        ngx_destroy_pool(pool);
+        return NULL;
+    }
+
+    op->sql.data = ngx_pnalloc(pool, sql_size ? sql_size : 1);
+    if (op->sql.data == NULL) {
+        ngx_destroy_pool(pool);
+        return NULL;
+    }
+
+    op->pool = pool;
+    op->log = log;
+    op->shard = shard;
+    op->name = "query";
+
+    /*
+     * op->timer.handler stays NULL until ngx_http_idempotency_op_run():
+     * ngx_http_idempotency_op_detach() uses that to tell an op that
+     * never ran
+     */
+
+    op->timer.data = op;
+    op->timer.log = log;
+
+    return op;
+}
+
+
+void
+ngx_http_idempotency_op_run(ngx_http_idempotency_op_t *op)
+{
+    ngx_queue_t                        *q;
+    ngx_http_idempotency_store_t       *store;
+    ngx_http_idempotency_mysql_conn_t  *conn;
+    ngx_http_idempotency_mysql_pool_t  *pool;
+
+    op->timer.handler = ngx_http_idempotency_mysql_op_timeout;
+    op->timer.data = op;
+    op->timer.log = op->log;
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, op->log, 0,
+                   "idempotency mysql %s start: mysql=%V, %uz bytes",
+                   op->name, &op->shard->name, op->sql.len);
+
+    pool = ngx_http_idempotency_mysql_pool(op->shard);
+    if (pool == NULL) {
+        ngx_http_idempotency_mysql_op_error(op, CR_OUT_OF_MEMORY,
+                                            (u_char *) "out of memory", 13);
+        ngx_http_idempotency_mysql_op_finish(op,
+                                             NGX_HTTP_IDEMPOTENCY_OP_DOWN);
+        return;
+    }
+
+    store = pool->store;
+
+    /* the deadline covers the wait for a connection and the execution */
+
+    if (store->query_timeout) {
+        ngx_add_timer(&op->timer, store->query_timeout);
+    }
+
+    if (!ngx_queue_empty(&pool->idle)) {
+        q = ngx_queue_head(&pool->idle);
+        ngx_queue_remove(q);
+        ngx_queue_insert_tail(&pool->busy, q);
+
+        conn = ngx_queue_data(q, ngx_http_idempotency_mysql_conn_t, queue);
+
+        /* _start right away: it returns a wait mask if it has to wait */
+
+        if (ngx_http_idempotency_mysql_start(conn, op) == NGX_OK) {
+            ngx_http_idempotency_mysql_next(conn);
+        }
+
+        return;
+    }
+
+    if (ngx_http_idempotency_mysql_backoff(pool)) {
+        ngx_http_idempotency_mysql_op_down(op);
+        return;
+    }
+
+    if (pool->nconns < store->pool_size
+        && !(pool->down && pool->nconnect))
+    {
+        /* a new connection will be made for it */
+
+        ngx_queue_insert_tail(&pool->waiting, &op->queue);
+        pool->nwaiting++;
+
+        ngx_http_idempotency_mysql_kick(pool);
+        return;
+    }
+
+    if (pool->nwaiting >= store->wait_queue + pool->nunbound) {
+        ngx_log_debug3(NGX_LOG_DEBUG_HTTP, op->log, 0,
+                       "idempotency mysql %s: pool busy, "
+                       "%ui connections, %ui waiting",
+                       op->name, pool->nconns, pool->nwaiting);
+
+        ngx_http_idempotency_mysql_op_finish(op,
+                                             NGX_HTTP_IDEMPOTENCY_OP_BUSY);
+        return;
+    }
+
+    ngx_queue_insert_tail(&pool->waiting, &op->queue);
+    pool->nwaiting++;
+}
+
+
+void
+ngx_http_idempotency_op_detach(ngx_http_idempotency_op_t *op)
+{
+    op->handler = NULL;
+    op->data = NULL;
+
+    /* the requester's log may go away with its connection */
+
+    op->log = ngx_cycle->log;
+    op->pool->log = ngx_cycle->log;
+    op->timer.log = ngx_cycle->log;
+
+    if (op->timer.handler == NULL) {
+        /* never ran */
+        ngx_destroy_pool(op->pool);
+    }
+}
+
+
+u_char *
+ngx_http_idempotency_mysql_escape(u_char *dst, u_char *src, size_t len)
+{
+    u_char  ch;
+
+    while (len--) {
+        ch = *src++;
+
+        switch (ch) {
+
+        case '\0':
+            *dst++ = '\\';
+            *dst++ = '0';
+            break;
+
+        case '\n':
+            *dst++ = '\\';
+            *dst++ = 'n';
+            break;
+
+        case '\r':
+            *dst++ = '\\';
+            *dst++ = 'r';
+            break;
+
+        case '\\':
+        case '\'':
+        case '"':
+            *dst++ = '\\';
+            *dst++ = ch;
+            break;
+
+        case '\032':
+            *dst++ = '\\';
+            *dst++ = 'Z';
+            break;
+
+        default:
+            *dst++ = ch;
+        }
+    }
+
+    return dst;
+}
+
+
+void
+ngx_http_idempotency_mysql_exit(ngx_cycle_t *cycle)
+{
+    ngx_uint_t                          i, j;
+    ngx_queue_t                        *q;
+    ngx_http_idempotency_shard_t       *shard;
+    ngx_http_idempotency_store_t      **stores;
+    ngx_http_idempotency_main_conf_t   *imcf;
+    ngx_http_idempotency_mysql_conn_t  *conn;
+    ngx_http_idempotency_mysql_pool_t  *pool;
+
+    imcf = ngx_http_cycle_get_module_main_conf(cycle,
+                                               ngx_http_idempotency_module);
+    if (imcf == NULL || imcf->stores.nelts == 0) {
+        return;
+    }
+
+    stores = imcf->stores.elts;
+
+    for (i = 0; i < imcf->stores.nelts; i++) {
+
+        shard = stores[i]->shards.elts;
+
+        for (j = 0; j < stores[i]->shards.nelts; j++) {
+
+            pool = shard[j].pool;
+            if (pool == NULL) {
+                continue;
+            }
+
+            /* the process is going away: ops are dropped, not answered */
+
+            while (!ngx_queue_empty(&pool->waiting)) {
+                q = ngx_queue_head(&pool->waiting);
+                ngx_http_idempotency_mysql_op_drop(
+                    ngx_queue_data(q, ngx_http_idempotency_op_t, queue));
+            }
+
+            while (!ngx_queue_empty(&pool->busy)) {
+                q = ngx_queue_head(&pool->busy);
+                conn = ngx_queue_data(q, ngx_http_idempotency_mysql_conn_t,
+                                      queue);
+
+                if (conn->op) {
+                    ngx_http_idempotency_mysql_op_drop(conn->op);
+                    conn->op = NULL;
+                }
+
+                /* state unknown: aborted without waiting, as at run time */
+                ngx_http_idempotency_mysql_discard(conn);
+            }
+
+            while (!ngx_queue_empty(&pool->idle)) {
+                q = ngx_queue_head(&pool->idle);
+                conn = ngx_queue_data(q, ngx_http_idempotency_mysql_conn_t,
+                                      queue);
+
+                ngx_queue_remove(q);
+                pool->nconns--;
+
+                ngx_http_idempotency_mysql_detach(conn);
+
+                /* worker exit: a plain (blocking) mysql_close is acceptable */
+                mysql_close(conn->mysql);
+                conn->mysql = NULL;
+            }
+
+            shard[j].pool = NULL;
+        }
+    }
+
+    /* the driver's global state (plugins, charsets) */
+    mysql_library_end();
+}
+
+
+static ngx_http_idempotency_mysql_pool_t *
+ngx_http_idempotency_mysql_pool(ngx_http_idempotency_shard_t *shard)
+{
+    ngx_http_idempotency_mysql_pool_t  *pool;
+
+    if (shard->pool) {
+        return shard->pool;
+    }
+
+    /* per worker: the configuration is private to the process after fork */
+
+    pool = ngx_pcalloc(ngx_cycle->pool,
+                       sizeof(ngx_http_idempotency_mysql_pool_t));
+    if (pool == NULL) {
+        return NULL;
+    }
+
+    pool->shard = shard;
+    pool->store = shard->store;
+    pool->log = ngx_cycle->log;
+
+    ngx_queue_init(&pool->idle);
+    ngx_queue_init(&pool->busy);
+    ngx_queue_init(&pool->waiting);
+    ngx_queue_init(&pool->spare);
+
+    shard->pool = pool;
+
+    return pool;
+}
+
+
+static ngx_uint_t
+ngx_http_idempotency_mysql_backoff(ngx_http_idempotency_mysql_pool_t *pool)
+{
+    return pool->down
+           && (ngx_msec_int_t) (pool->retry_at - ngx_current_msec) > 0;
+}
+
+
+/* make connections for queued ops while the pool may grow */
+
+static void
+ngx_http_idempotency_mysql_kick(ngx_http_idempotency_mysql_pool_t *pool)
+{
+    while (pool->nwaiting > pool->nunbound
+           && pool->nconns < pool->store->pool_size)
+    {
+        if (ngx_http_idempotency_mysql_backoff(pool)) {
+            if (pool->nconns == 0) {
+                ngx_http_idempotency_mysql_fail_waiting(pool);
+            }
+
+            return;
+        }
+
+        if (pool->down && pool->nconnect) {
+            /* one probe at a time while the server is down */
+            return;
+        }
+
+        if (ngx_http_idempotency_mysql_open(pool, NULL) != NGX_OK) {
+            if (pool->nconns == 0) {
+                ngx_http_idempotency_mysql_fail_waiting(pool);
+            }
+
+            return;
+        }
+    }
+}
+
+
+static void
+ngx_http_idempotency_mysql_fail_waiting(
+    ngx_http_idempotency_mysql_pool_t *pool)
+{
+    ngx_queue_t  *q;
+
+    while (!ngx_queue_empty(&pool->waiting)) {
+        q = ngx_queue_head(&pool->waiting);
+        ngx_http_idempotency_mysql_op_down(
+            ngx_queue_data(q, ngx_http_idempotency_op_t, queue));
+    }
+}
+
+
+/*
+ * Starts a connection; with "op" the connection is made for that op
+ * (a retry), otherwise it serves the head of the queue when ready.
+ */
+
+static ngx_int_t
+ngx_http_idempotency_mysql_open(ngx_http_idempotency_mysql_pool_t *pool,
+    ngx_http_idempotency_op_t *op)
+{
+    int                                 status;
+    char                               *host, *sock;
+    MYSQL                              *mysql;
+    ngx_int_t                           rc;
+    ngx_queue_t                        *q;
+    unsigned int                        protocol, off;
+    ngx_http_idempotency_shard_t       *shard;
+    ngx_http_idempotency_store_t       *store;
+    ngx_http_idempotency_mysql_conn_t  *conn;
+
+    shard = pool->shard;
+    store = pool->store;
+
+    if (!ngx_queue_empty(&pool->spare)) {
+        q = ngx_queue_head(&pool->spare);
+        ngx_queue_remove(q);
+        conn = ngx_queue_data(q, ngx_http_idempotency_mysql_conn_t, queue);
+        ngx_memzero(conn, sizeof(ngx_http_idempotency_mysql_conn_t));
+
+    } else {
+        conn = ngx_pcalloc(ngx_cycle->pool,
+                           sizeof(ngx_http_idempotency_mysql_conn_t));
+        if (conn == NULL) {
+            goto failed;
+        }
+    }
+
+    mysql = mysql_init(NULL);
+    if (mysql == NULL) {
+        ngx_queue_insert_head(&pool->spare, &conn->queue);
+        goto failed;
+    }
+
+    if (shard->socket.len) {
+        protocol = MYSQL_PROTOCOL_SOCKET;
+        host = NULL;
+        sock = (char *) shard->socket.data;
+
+    } else {
+        protocol = MYSQL_PROTOCOL_TCP;
+        host = (char *) shard->host.data;
+        sock = NULL;
+    }
+
+    off = 0;
+
+    if (mysql_options(mysql, MYSQL_OPT_NONBLOCK, 0) != 0
+        || mysql_options(mysql, MYSQL_OPT_PROTOCOL, &protocol) != 0
+        || mysql_options(mysql, MYSQL_OPT_LOCAL_INFILE, &off) != 0
+        || mysql_options(mysql, MYSQL_SET_CHARSET_NAME, "utf8mb4") != 0
+        || mysql_options(mysql, MYSQL_INIT_COMMAND,
+                         NGX_HTTP_IDEMPOTENCY_MYSQL_INIT_COMMAND) != 0)
+    {
+        /* never connected: returns at once, only frees memory */
+        (void) mysql_close_start(mysql);
+        ngx_queue_insert_head(&pool->spare, &conn->queue);
+        goto failed;
+    }
+
+    conn->pool = pool;
+    conn->mysql = mysql;
+    conn->state = NGX_HTTP_IDEMPOTENCY_MYSQL_CONNECT;
+    conn->started = ngx_current_msec;
+
+    conn->op = op;
+
+    if (op) {
+        op->conn = conn;
+
+    } else {
+        conn->unbound = 1;
+        pool->nunbound++;
+    }
+
+    ngx_queue_insert_tail(&pool->busy, &conn->queue);
+    pool->nconns++;
+    pool->nconnect++;
+
+    /* conn timers never hold a worker: an op's own timer does */
+
+    conn->timer.handler = ngx_http_idempotency_mysql_connect_timeout;
+    conn->timer.data = conn;
+    conn->timer.log = pool->log;
+    conn->timer.cancelable = 1;
+
+    conn->wait.handler = ngx_http_idempotency_mysql_wait_handler;
+    conn->wait.data = conn;
+    conn->wait.log = pool->log;
+    conn->wait.cancelable = 1;
+
+    if (store->connect_timeout) {
+        ngx_add_timer(&conn->timer, store->connect_timeout);
+    }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, pool->log, 0,
+                   "idempotency mysql connect: store \"%V\" mysql=%V",
+                   &store->name, &shard->name);
+
+    status = mysql_real_connect_start(&conn->connected, mysql, host,
+                                      (char *) store->user.data,
+                                      (char *) store->password.data,
+                                      (char *) store->database.data,
+                                      shard->port, sock,
+                                      CLIENT_MULTI_STATEMENTS
+                                      |CLIENT_MULTI_RESULTS);
+
+    rc = ngx_http_idempotency_mysql_process(conn, status);
+
+    if (rc == NGX_OK) {
+        ngx_http_idempotency_mysql_next(conn);
+    }
+
+    return NGX_OK;
+
+failed:
+
+    ngx_log_error(NGX_LOG_ALERT, pool->log, 0,
+                  "idempotency store \"%V\" mysql=%V: "
+                  "could not allocate a connection",
+                  &store->name, &shard->name);
+
+    if (op) {
+        ngx_http_idempotency_mysql_op_error(op, CR_OUT_OF_MEMORY,
+                                            (u_char *) "out of memory", 13);
+        ngx_http_idempotency_mysql_op_finish(op,
+                                             NGX_HTTP_IDEMPOTENCY_OP_DOWN);
+    }
+
+    return NGX_ERROR;
+}
+
+
+static ngx_int_t
+ngx_http_idempotency_mysql_connected(ngx_http_idempotency_mysql_conn_t *conn)
+{
+    const char                         *text;
+    ngx_http_idempotency_op_t          *op;
+    ngx_http_idempotency_mysql_pool_t  *pool;
+
+    pool = conn->pool;
+
+    if (conn->connected == NULL) {
+        text = mysql_error(conn->mysql);
+
+        return ngx_http_idempotency_mysql_connect_failed(conn,
+                                  mysql_errno(conn->mysql),
+                                  (u_char *) text, ngx_strlen(text));
+    }
+
+    if (conn->timer.timer_set) {
+        ngx_del_timer(&conn->timer);
+    }
+
+    pool->nconnect--;
+
+    if (conn->unbound) {
+        conn->unbound = 0;
+        pool->nunbound--;
+    }
+
+    if (pool->down) {
+        ngx_log_error(NGX_LOG_NOTICE, pool->log, 0,
+                      "idempotency store \"%V\" mysql=%V: reachable again",
+                      &pool->store->name, &pool->shard->name);
+        pool->down = 0;
+    }
+
+    pool->backoff = 0;
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, pool->log, 0,
+                   "idempotency mysql connected: mysql=%V, "
+                   "thread id %ui, %ui connections",
+                   &pool->shard->name,
+                   (ngx_uint_t) mysql_thread_id(conn->mysql), pool->nconns);
+
+    conn->state = NGX_HTTP_IDEMPOTENCY_MYSQL_IDLE;
+    conn->events = 0;
+    conn->reused = 0;
+
+    op = conn->op;
+
+    if (op) {
+        conn->op = NULL;
+        op->conn = NULL;
+        return ngx_http_idempotency_mysql_start(conn, op);
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_idempotency_mysql_connect_failed(
+    ngx_http_idempotency_mysql_conn_t *conn, ngx_uint_t err, u_char *text,
+    size_t len)
+{
+    ngx_http_idempotency_op_t          *op;
+    ngx_http_idempotency_mysql_pool_t  *pool;
+
+    pool = conn->pool;
+
+    len = ngx_min(len, NGX_HTTP_IDEMPOTENCY_MYSQL_ERRLEN);
+    ngx_memcpy(pool->last_error, text, len);
+    pool->last_error_len = len;
+    pool->last_err = err;
+
+    if (!pool->down) {
+        /* one line per outage; never the password */
+
+        if (err) {
+            ngx_log_error(NGX_LOG_ERR, pool->log, 0,
+                          "idempotency store \"%V\" mysql=%V: "
+                          "connect failed: (%ui) %*s",
+                          &pool->store->name, &pool->shard->name,
+                          err, len, text);
+        } else {
+            ngx_log_error(NGX_LOG_ERR, pool->log, 0,
+                          "idempotency store \"%V\" mysql=%V: "
+                          "connect failed: %*s",
+                          &pool->store->name, &pool->shard->name,
+                          len, text);
+        }
+
+        pool->down = 1;
+        pool->backoff = NGX_HTTP_IDEMPOTENCY_MYSQL_BACKOFF_MIN;
+
+    } else if ((ngx_msec_int_t) (conn->started - pool->failed_at) >= 0) {
+
+        /* a probe made after the last failure failed as well */
+
+        pool->backoff = ngx_min(pool->backoff * 2,
+                                NGX_HTTP_IDEMPOTENCY_MYSQL_BACKOFF_MAX);
+    }
+
+    pool->failed_at = ngx_current_msec;
+    pool->retry_at = ngx_current_msec + pool->backoff;
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, pool->log, 0,
+                   "idempotency mysql connect failed: mysql=%V, (%ui), "
+                   "backoff %M",
+                   &pool->shard->name, err, pool->backoff);
+
+    op = conn->op;
+
+    if (op) {
+        conn->op = NULL;
+        op->conn = NULL;
+    }
+
+    ngx_http_idempotency_mysql_discard(conn);
+
+    if (op) {
+        ngx_http_idempotency_mysql_op_down(op);
+    }
+
+    ngx_http_idempotency_mysql_fail_waiting(pool);
+
+    return NGX_DONE;
+}
+
+
+static void
+ngx_http_idempotency_mysql_connect_timeout(ngx_event_t *ev)
+{
+    u_char                             *p;
+    u_char                              text[64];
+    ngx_http_idempotency_mysql_conn_t  *conn;
+
+    conn = ev->data;
+
+    p = ngx_snprintf(text, sizeof(text), "timed out (%M ms)",
+                     conn->pool->store->connect_timeout);
+
+    (void) ngx_http_idempotency_mysql_connect_failed(conn, 0, text,
+                                                     p - text);
+}
+
+
+/*
+ * The ..._start/_process/_done/_failed family returns:
+ *   NGX_AGAIN  the connection waits for the driver's socket;
+ *   NGX_OK     the connection is free (the caller gives it work or
+ *              parks it, see ngx_http_idempotency_mysql_next());
+ *   NGX_DONE   the connection is gone; do not touch it.
+ */
+
+static ngx_int_t
+ngx_http_idempotency_mysql_start(ngx_http_idempotency_mysql_conn_t *conn,
+    ngx_http_idempotency_op_t *op)
+{
+    int  status;
+
+    conn->op = op;
+    op->conn = conn;
+
+    conn->state = NGX_HTTP_IDEMPOTENCY_MYSQL_QUERY;
+    conn->nresults = 0;
+
+    op->err = 0;
+    ngx_str_null(&op->err_text);
+    op->affected_rows = 0;
+    op->nrows = 0;
+    op->nfields = 0;
+
+    ngx_log_debug4(NGX_LOG_DEBUG_HTTP, op->log, 0,
+                   "idempotency mysql %s: query on mysql=%V thread id %ui%s",
+                   op->name, &op->shard->name,
+                   (ngx_uint_t) mysql_thread_id(conn->mysql),
+                   conn->reused ? " (reused)" : "");
+
+    status = mysql_real_query_start(&conn->ret, conn->mysql,
+                                    (const char *) op->sql.data,
+                                    op->sql.len);
+
+    return ngx_http_idempotency_mysql_process(conn, status);
+}
+
+
+static ngx_int_t
+ngx_http_idempotency_mysql_process(ngx_http_idempotency_mysql_conn_t *conn,
+    int status)
+{
+    for ( ;; ) {
+
+        if (status) {
+            if (ngx_http_idempotency_mysql_wait(conn, status) != NGX_OK) {
+
+                if (conn->state == NGX_HTTP_IDEMPOTENCY_MYSQL_CONNECT) {
+                    return ngx_http_idempotency_mysql_connect_failed(conn,
+                                  CR_UNKNOWN_ERROR,
+                                  (u_char *) "could not add socket events",
+                                  27);
+                }
+
+                return ngx_http_idempotency_mysql_abort_op(conn,
+                                  NGX_HTTP_IDEMPOTENCY_OP_DOWN,
+                                  "could not add socket events");
+            }
+
+            return NGX_AGAIN;
+        }
+
+        switch (conn->state) {
+
+        case NGX_HTTP_IDEMPOTENCY_MYSQL_CONNECT:
+            return ngx_http_idempotency_mysql_connected(conn);
+
+        case NGX_HTTP_IDEMPOTENCY_MYSQL_QUERY:
+
+            if (conn->ret != 0) {
+                return ngx_http_idempotency_mysql_failed(conn);
+            }
+
+            conn->state = NGX_HTTP_IDEMPOTENCY_MYSQL_STORE;
+            status = mysql_store_result_start(&conn->res, conn->mysql);
+            break;
+
+        case NGX_HTTP_IDEMPOTENCY_MYSQL_STORE:
+
+            if (conn->res == NULL && mysql_errno(conn->mysql)) {
+                return ngx_http_idempotency_mysql_failed(conn);
+            }
+
+            if (ngx_http_idempotency_mysql_result(conn) != NGX_OK) {
+                return ngx_http_idempotency_mysql_abort_op(conn,
+                                  NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR,
+                                  "out of memory");
+            }
+
+            if (!mysql_more_results(conn->mysql)) {
+                return ngx_http_idempotency_mysql_done(conn,
+                                                NGX_HTTP_IDEMPOTENCY_OP_OK);
+            }
+
+            conn->state = NGX_HTTP_IDEMPOTENCY_MYSQL_NEXT;
+            status = mysql_next_result_start(&conn->ret, conn->mysql);
+            break;
+
+        case NGX_HTTP_IDEMPOTENCY_MYSQL_NEXT:
+
+            if (conn->ret > 0) {
+                return ngx_http_idempotency_mysql_failed(conn);
+            }
+
+            if (conn->ret < 0) {
+                return ngx_http_idempotency_mysql_done(conn,
+                                                NGX_HTTP_IDEMPOTENCY_OP_OK);
+            }
+
+            conn->state = NGX_HTTP_IDEMPOTENCY_MYSQL_STORE;
+            status = mysql_store_result_start(&conn->res, conn->mysql);
+            break;
+
+        default: /* NGX_HTTP_IDEMPOTENCY_MYSQL_IDLE */
+            return NGX_OK;
+        }
+    }
+}
+
+
+/* calls _cont of the interrupted call, with events its mask asked for */
+
+static int
+ngx_http_idempotency_mysql_cont(ngx_http_idempotency_mysql_conn_t *conn,
+    int ready)
+{
+    switch (conn->state) {
+
+    case NGX_HTTP_IDEMPOTENCY_MYSQL_CONNECT:
+        return mysql_real_connect_cont(&conn->connected, conn->mysql, ready);
+
+    case NGX_HTTP_IDEMPOTENCY_MYSQL_QUERY:
+        return mysql_real_query_cont(&conn->ret, conn->mysql, ready);
+
+    case NGX_HTTP_IDEMPOTENCY_MYSQL_STORE:
+        return mysql_store_result_cont(&conn->res, conn->mysql, ready);
+
+    case NGX_HTTP_IDEMPOTENCY_MYSQL_NEXT:
+        return mysql_next_result_cont(&conn->ret, conn->mysql, ready);
+
+    default:
+        return 0;
+    }
+}
+
+
+/* one statement's result: copied into op->pool, then freed */
+
+static ngx_int_t
+ngx_http_idempotency_mysql_result(ngx_http_idempotency_mysql_conn_t *conn)
+{
+    u_char                     *p;
+    MYSQL_ROW                   row;
+    MYSQL_RES                  *res;
+    ngx_uint_t                  i, n;
+    unsigned long              *lengths;
+    ngx_http_idempotency_op_t  *op;
+
+    op = conn->op;
+    res = conn->res;
+    conn->res = NULL;
+
+    if (conn->nresults++ == 0) {
+        op->affected_rows = (uint64_t) mysql_affected_rows(conn->mysql);
+    }
+
+    if (res == NULL) {
+        /* a statement without a result set */
+        return NGX_OK;
+    }
+
+    n = mysql_num_fields(res);
+
+    op->nrows = (ngx_uint_t) mysql_num_rows(res);
+    op->nfields = ngx_min(n, NGX_HTTP_IDEMPOTENCY_MAX_FIELDS);
+
+    /* a stored result: fetching and freeing it does no I/O */
+
+    row = mysql_fetch_row(res);
+    lengths = row ? mysql_fetch_lengths(res) : NULL;
+
+    for (i = 0; i < NGX_HTTP_IDEMPOTENCY_MAX_FIELDS; i++) {
+
+        if (i >= op->nfields || row == NULL || row[i] == NULL) {
+            ngx_str_null(&op->fields[i]);
+            continue;
+        }
+
+        p = ngx_pnalloc(op->pool, lengths[i] ? lengths[i] : 1);
+        if (p == NULL) {
+            mysql_free_result(res);   /* stored: no I/O */
+            return NGX_ERROR;
+        }
+
+        ngx_memcpy(p, row[i], lengths[i]);
+
+        op->fields[i].data = p;
+        op->fields[i].len = lengths[i];
+    }
+
+    mysql_free_result(res);   /* stored: no I/O */
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, op->log, 0,
+                   "idempotency mysql %s: result set %ui: %ui rows",
+                   op->name, conn->nresults, op->nrows);
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_idempotency_mysql_failed(ngx_http_idempotency_mysql_conn_t *conn)
+{
+    ngx_uint_t                          err;
+    const char                         *text;
+    ngx_http_idempotency_op_t          *op;
+    ngx_http_idempotency_mysql_pool_t  *pool;
+
+    op = conn->op;
+    pool = conn->pool;
+
+    err = mysql_errno(conn->mysql);
+    text = mysql_error(conn->mysql);
+
+    if (err == 0) {
+        err = CR_UNKNOWN_ERROR;
+    }
+
+    if ((err == CR_SERVER_GONE_ERROR || err == CR_SERVER_LOST)
+        && conn->reused)
+    {
+        /*
+         * the server closed a connection that had been idle: run the op
+         * once more on a new connection, within its own deadline
+         */
+
+        ngx_log_error(NGX_LOG_INFO, pool->log, 0,
+                      "idempotency store \"%V\" mysql=%V: %s failed: "
+                      "(%ui) %s, retrying on a new connection",
+                      &pool->store->name, &pool->shard->name,
+                      op->name, err, text);
+
+        conn->op = NULL;
+        op->conn = NULL;
+
+        ngx_http_idempotency_mysql_discard(conn);
+
+        if (ngx_http_idempotency_mysql_backoff(pool)) {
+            ngx_http_idempotency_mysql_op_down(op);
+
+        } else {
+            (void) ngx_http_idempotency_mysql_open(pool, op);
+        }
+
+        return NGX_DONE;
+    }
+
+    ngx_http_idempotency_mysql_op_error(op, err, (u_char *) text,
+                                        ngx_strlen(text));
+
+    if ((err >= CR_MIN_ERROR && err <= CR_MAX_ERROR)
+        || err == ER_CONNECTION_KILLED
+        || err == ER_SERVER_SHUTDOWN
+        || mysql_more_results(conn->mysql))
+    {
+        /* the connection is lost or in an unknown state */
+
+        if (err >= CR_MIN_ERROR && err <= CR_MAX_ERROR) {
+            ngx_log_error(NGX_LOG_WARN, pool->log, 0,
+                          "idempotency store \"%V\" mysql=%V: %s failed: "
+                          "(%ui) %s",
+                          &pool->store->name, &pool->shard->name,
+                          op->name, err, text);
+        }
+
+        conn->op = NULL;
+        op->conn = NULL;
+
+        ngx_http_idempotency_mysql_discard(conn);
+        ngx_http_idempotency_mysql_op_finish(op,
+                                        NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR);
+        ngx_http_idempotency_mysql_kick(pool);
+
+        return NGX_DONE;
+    }
+
+    /* the server said no; the connection stays usable */
+
+    return ngx_http_idempotency_mysql_done(conn,
+                                          NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR);
+}
+
+
+static ngx_int_t
+ngx_http_idempotency_mysql_done(ngx_http_idempotency_mysql_conn_t *conn,
+    ngx_uint_t rc)
+{
+    ngx_http_idempotency_op_t  *op;
+
+    op = conn->op;
+
+    conn->op = NULL;
+    op->conn = NULL;
+
+    conn->state = NGX_HTTP_IDEMPOTENCY_MYSQL_IDLE;
+    conn->events = 0;
+    conn->reused = 1;
+
+    ngx_http_idempotency_mysql_op_finish(op, rc);
+
+    return NGX_OK;
+}
+
+
+/* the op fails for a local reason; its connection is in an unknown state */
+
+static ngx_int_t
+ngx_http_idempotency_mysql_abort_op(ngx_http_idempotency_mysql_conn_t *conn,
+    ngx_uint_t rc, char *text)
+{
+    ngx_http_idempotency_op_t          *op;
+    ngx_http_idempotency_mysql_pool_t  *pool;
+
+    op = conn->op;
+    pool = conn->pool;
+
+    ngx_log_error(NGX_LOG_ALERT, pool->log, 0,
+                  "idempotency store \"%V\" mysql=%V: %s failed: %s",
+                  &pool->store->name, &pool->shard->name, op->name, text);
+
+    conn->op = NULL;
+    op->conn = NULL;
+
+    ngx_http_idempotency_mysql_discard(conn);
+
+    ngx_http_idempotency_mysql_op_error(op, CR_UNKNOWN_ERROR, (u_char *) text,
+                                        ngx_strlen(text));
+    ngx_http_idempotency_mysql_op_finish(op, rc);
+    ngx_http_idempotency_mysql_kick(pool);
+
+    return NGX_DONE;
+}
+
+
+/* a free connection: serve the queue, or park it */
+
+static void
+ngx_http_idempotency_mysql_next(ngx_http_idempotency_mysql_conn_t *conn)
+{
+    ngx_queue_t                        *q;
+    ngx_http_idempotency_op_t          *op;
+    ngx_http_idempotency_mysql_pool_t  *pool;
+
+    pool = conn->pool;
+
+    for ( ;; ) {
+
+        if (ngx_queue_empty(&pool->waiting)) {
+            ngx_http_idempotency_mysql_park(conn);
+            return;
+        }
+
+        q = ngx_queue_head(&pool->waiting);
+        ngx_queue_remove(q);
+        pool->nwaiting--;
+
+        op = ngx_queue_data(q, ngx_http_idempotency_op_t, queue);
+        op->queue.prev = NULL;
+        op->queue.next = NULL;
+
+        if (ngx_http_idempotency_mysql_start(conn, op) != NGX_OK) {
+            return;
+        }
+    }
+}
+
+
+static void
+ngx_http_idempotency_mysql_park(ngx_http_idempotency_mysql_conn_t *conn)
+{
+    ngx_socket_t                        s;
+    ngx_connection_t                   *c;
+    ngx_http_idempotency_mysql_pool_t  *pool;
+
+    pool = conn->pool;
+
+    conn->state = NGX_HTTP_IDEMPOTENCY_MYSQL_IDLE;
+    conn->events = 0;
+
+    ngx_queue_remove(&conn->queue);
+    ngx_queue_insert_head(&pool->idle, &conn->queue);
+
+    if (conn->c == NULL) {
+        /* everything so far completed without waiting */
+
+        s = ngx_http_idempotency_mysql_socket(conn);
+
+        if (s == (ngx_socket_t) -1
+            || ngx_http_idempotency_mysql_attach(conn, s) != NGX_OK)
+        {
+            ngx_http_idempotency_mysql_discard(conn);
+            return;
+        }
+    }
+
+    c = conn->c;
+
+    if ((ngx_event_flags & NGX_USE_LEVEL_EVENT) && c->write->active) {
+        if (ngx_del_event(c->write, NGX_WRITE_EVENT, 0) != NGX_OK) {
+            ngx_http_idempotency_mysql_discard(conn);
+            return;
+        }
+    }
+
+    /*
+     * the read event stays armed: a server that goes away while the
+     * connection is idle is noticed and the connection closed; whatever
+     * arrived already is checked now, as no new edge may come for it
+     */
+
+    c->read->ready = 0;
+
+    if (ngx_handle_read_event(c->read, 0) != NGX_OK) {
+        ngx_http_idempotency_mysql_discard(conn);
+        return;
+    }
+
+    ngx_http_idempotency_mysql_idle_check(conn);
+}
+
+
+static ngx_int_t
+ngx_http_idempotency_mysql_wait(ngx_http_idempotency_mysql_conn_t *conn,
+    int status)
+{
+    ngx_socket_t       s;
+    ngx_connection_t  *c;
+
+    conn->events = status;
+
+    s = ngx_http_idempotency_mysql_socket(conn);
+
+    if (conn->c && conn->c->fd != s) {
+        /* the driver closed its socket and made another one */
+        ngx_http_idempotency_mysql_detach(conn);
+    }
+
+    if (conn->c == NULL) {
+        if (s == (ngx_socket_t) -1
+            || ngx_http_idempotency_mysql_attach(conn, s) != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    c = conn->c;
+
+    /*
+     * the driver asks to wait only after a read or write returned EAGAIN,
+     * so an edge-triggered event cannot have been missed
+     */
+
+    if (status & MYSQL_WAIT_READ) {
+        c->read->ready = 0;
+
+        if (ngx_handle_read_event(c->read, 0) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+    } else if ((ngx_event_flags & NGX_USE_LEVEL_EVENT) && c->read->active) {
+        if (ngx_del_event(c->read, NGX_READ_EVENT, 0) != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
+
+    if (status & MYSQL_WAIT_WRITE) {
+        c->write->ready = 0;
+
+        if (ngx_handle_write_event(c->write, 0) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+    } else if ((ngx_event_flags & NGX_USE_LEVEL_EVENT) && c->write->active) {
+        if (ngx_del_event(c->write, NGX_WRITE_EVENT, 0) != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
+
+    if (status & MYSQL_WAIT_TIMEOUT) {
+        ngx_add_timer(&conn->wait, mysql_get_timeout_value_ms(conn->mysql));
+
+    } else if (conn->wait.timer_set) {
+        ngx_del_timer(&conn->wait);
+    }
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_idempotency_mysql_resume(ngx_http_idempotency_mysql_conn_t *conn,
+    int ready)
+{
+    int  status;
+
+    if (conn->wait.timer_set) {
+        ngx_del_timer(&conn->wait);
+    }
+
+    conn->events = 0;
+
+    status = ngx_http_idempotency_mysql_cont(conn, ready);
+
+    if (ngx_http_idempotency_mysql_process(conn, status) == NGX_OK) {
+        ngx_http_idempotency_mysql_next(conn);
+    }
+}
+
+
+static void
+ngx_http_idempotency_mysql_read_handler(ngx_event_t *rev)
+{
+    ngx_connection_t                   *c;
+    ngx_http_idempotency_mysql_conn_t  *conn;
+
+    c = rev->data;
+    conn = c->data;
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, rev->log, 0,
+                   "idempotency mysql read event: fd:%d mask:%d",
+                   c->fd, conn->events);
+
+    if (conn->state == NGX_HTTP_IDEMPOTENCY_MYSQL_IDLE) {
+        ngx_http_idempotency_mysql_idle_check(conn);
+        return;
+    }
+
+    if (conn->events & MYSQL_WAIT_READ) {
+        ngx_http_idempotency_mysql_resume(conn, MYSQL_WAIT_READ);
+    }
+}
+
+
+static void
+ngx_http_idempotency_mysql_write_handler(ngx_event_t *wev)
+{
+    ngx_connection_t                   *c;
+    ngx_http_idempotency_mysql_conn_t  *conn;
+
+    c = wev->data;
+    conn = c->data;
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, wev->log, 0,
+                   "idempotency mysql write event: fd:%d mask:%d",
+                   c->fd, conn->events);
+
+    if (conn->state != NGX_HTTP_IDEMPOTENCY_MYSQL_IDLE
+        && (conn->events & MYSQL_WAIT_WRITE))
+    {
+        ngx_http_idempotency_mysql_resume(conn, MYSQL_WAIT_WRITE);
+    }
+}
+
+
+static void
+ngx_http_idempotency_mysql_wait_handler(ngx_event_t *ev)
+{
+    ngx_http_idempotency_mysql_conn_t  *conn;
+
+    conn = ev->data;
+
+    if (conn->events & MYSQL_WAIT_TIMEOUT) {
+        ngx_http_idempotency_mysql_resume(conn, MYSQL_WAIT_TIMEOUT);
+    }
+}
+
+
+/* an idle connection must have nothing to read: EOF, an error, or data */
+
+static void
+ngx_http_idempotency_mysql_idle_check(ngx_http_idempotency_mysql_conn_t *conn)
+{
+    u_char                              buf[1];
+    ssize_t                             n;
+    ngx_err_t                           err;
+    ngx_http_idempotency_mysql_pool_t  *pool;
+
+    pool = conn->pool;
+
+    /* the driver keeps its socket in blocking mode: MSG_DONTWAIT */
+
+    n = recv(conn->c->fd, buf, 1, MSG_PEEK|MSG_DONTWAIT);
+
+    if (n == -1) {
+        err = ngx_socket_errno;
+
+        if (err == NGX_EAGAIN || err == NGX_EINTR) {
+            conn->c->read->ready = 0;
+            return;
+        }
+
+        ngx_log_error(NGX_LOG_INFO, pool->log, err,
+                      "idempotency store \"%V\" mysql=%V: "
+                      "idle connection failed",
+                      &pool->store->name, &pool->shard->name);
+
+    } else {
+        ngx_log_error(NGX_LOG_INFO, pool->log, 0,
+                      "idempotency store \"%V\" mysql=%V: idle connection "
+                      "closed by the server%s",
+                      &pool->store->name, &pool->shard->name,
+                      n ? " (unexpected data)" : "");
+    }
+
+    ngx_http_idempotency_mysql_discard(conn);
+}
+
+
+/* the driver's socket, or -1 if it has none (any more) */
+
+static ngx_socket_t
+ngx_http_idempotency_mysql_socket(ngx_http_idempotency_mysql_conn_t *conn)
+{
+    /*
+     * while a connect is suspended the driver has the socket in its async
+     * context; after a failed connect that pointer may be stale, and
+     * net.pvio is NULL whenever the driver closed the connection
+     */
+
+    if (conn->mysql->net.pvio != NULL
+        || (conn->state == NGX_HTTP_IDEMPOTENCY_MYSQL_CONNECT
+            && conn->events != 0))
+    {
+        return (ngx_socket_t) mysql_get_socket(conn->mysql);
+    }
+
+    return (ngx_socket_t) -1;
+}
+
+
+static ngx_int_t
+ngx_http_idempotency_mysql_attach(ngx_http_idempotency_mysql_conn_t *conn,
+    ngx_socket_t s)
+{
+    ngx_connection_t  *c;
+
+    c = ngx_get_connection(s, conn->pool->log);
+    if (c == NULL) {
+        return NGX_ERROR;
+    }
+
+    c->data = conn;
+    c->number = ngx_atomic_fetch_add(ngx_connection_counter, 1);
+
+    c->read->handler = ngx_http_idempotency_mysql_read_handler;
+    c->write->handler = ngx_http_idempotency_mysql_write_handler;
+    c->read->log = c->log;
+    c->write->log = c->log;
+
+    conn->c = c;
+
+    return NGX_OK;
+}
+
+
+/*
+ * Gives the ngx_connection_t back without closing the fd: the driver
+ * owns it.  If the driver already closed it, epoll forgot it by itself.
+ */
+
+static void
+ngx_http_idempotency_mysql_detach(ngx_http_idempotency_mysql_conn_t *conn)
+{
+    ngx_uint_t         flags;
+    ngx_connection_t  *c;
+
+    c = conn->c;
+
+    if (c == NULL) {
+        return;
+    }
+
+    if (c->read->timer_set) {
+        ngx_del_timer(c->read);
+    }
+
+    if (c->write->timer_set) {
+        ngx_del_timer(c->write);
+    }
+
+    if (c->read->posted) {
+        ngx_delete_posted_event(c->read);
+    }
+
+    if (c->write->posted) {
+        ngx_delete_posted_event(c->write);
+    }
+
+    flags = (ngx_http_idempotency_mysql_socket(conn) == c->fd)
+            ? 0 : NGX_CLOSE_EVENT;
+
+    if (ngx_del_conn && (c->read->active || c->write->active)) {
+        (void) ngx_del_conn(c, flags);
+
+    } else {
+        if (c->read->active || c->read->disabled) {
+            (void) ngx_del_event(c->read, NGX_READ_EVENT, flags);
+        }
+
+        if (c->write->active || c->write->disabled) {
+            (void) ngx_del_event(c->write, NGX_WRITE_EVENT, flags);
+        }
+    }
+
+    ngx_free_connection(c);
+
+    c->fd = (ngx_socket_t) -1;
+    conn->c = NULL;
+}
+
+
+/*
+ * Closes a connection without waiting for anything (see the top of the
+ * file) and puts its struct on the spare list.
+ */
+
+static void
+ngx_http_idempotency_mysql_discard(ngx_http_idempotency_mysql_conn_t *conn)
+{
+    int                                 status;
+    ngx_uint_t                          n;
+    ngx_socket_t                        s;
+    ngx_http_idempotency_mysql_pool_t  *pool;
+
+    pool = conn->pool;
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, pool->log, 0,
+                   "idempotency mysql close: mysql=%V, state %ui",
+                   &pool->shard->name, conn->state);
+
+    s = ngx_http_idempotency_mysql_socket(conn);
+
+    if (s != (ngx_socket_t) -1) {
+        (void) shutdown(s, SHUT_RDWR);
+    }
+
+    /* every read/write now fails at once: let the call end and clean up */
+
+    for (n = 0;
+         conn->events && n < NGX_HTTP_IDEMPOTENCY_MYSQL_ABORT_STEPS;
+         n++)
+    {
+        conn->events = ngx_http_idempotency_mysql_cont(conn, conn->events);
+    }
+
+    if (conn->events) {
+        ngx_log_error(NGX_LOG_ALERT, pool->log, 0,
+                      "idempotency store \"%V\" mysql=%V: "
+                      "interrupted call did not end",
+                      &pool->store->name, &pool->shard->name);
+    }
+
+    if (conn->res) {
+        /* mysql_store_result() did finish: no I/O */
+        mysql_free_result(conn->res);
+        conn->res = NULL;
+    }
+
+    if (conn->timer.timer_set) {
+        ngx_del_timer(&conn->timer);
+    }
+
+    if (conn->wait.timer_set) {
+        ngx_del_timer(&conn->wait);
+    }
+
+    ngx_http_idempotency_mysql_detach(conn);
+
+    /* nothing to wait for: the socket is shut down or already closed */
+
+    status = mysql_close_start(conn->mysql);
+
+    for (n = 0; status && n < NGX_HTTP_IDEMPOTENCY_MYSQL_ABORT_STEPS; n++) {
+        status = mysql_close_cont(conn->mysql, status);
+    }
+
+    if (status) {
+        ngx_log_error(NGX_LOG_ALERT, pool->log, 0,
+                      "idempotency store \"%V\" mysql=%V: "
+                      "mysql_close_start() did not end",
+                      &pool->store->name, &pool->shard->name);
+    }
+
+    conn->mysql = NULL;
+
+    if (conn->state == NGX_HTTP_IDEMPOTENCY_MYSQL_CONNECT) {
+        pool->nconnect--;
+    }
+
+    if (conn->unbound) {
+        conn->unbound = 0;
+        pool->nunbound--;
+    }
+
+    conn->op = NULL;
+    conn->events = 0;
+    conn->state = NGX_HTTP_IDEMPOTENCY_MYSQL_IDLE;
+
+    ngx_queue_remove(&conn->queue);
+    pool->nconns--;
+
+    ngx_queue_insert_head(&pool->spare, &conn->queue);
+}
+
+
+static void
+ngx_http_idempotency_mysql_op_timeout(ngx_event_t *ev)
+{
+    ngx_http_idempotency_op_t          *op;
+    ngx_http_idempotency_mysql_conn_t  *conn;
+    ngx_http_idempotency_mysql_pool_t  *pool;
+
+    op = ev->data;
+    conn = op->conn;
+    pool = op->shard->pool;
+
+    ngx_log_error(NGX_LOG_WARN, op->log, 0,
+                  "idempotency store \"%V\" mysql=%V: %s timed out (%M ms)%s",
+                  &pool->store->name, &pool->shard->name, op->name,
+                  pool->store->query_timeout,
+                  conn ? "" : " waiting for a connection");
+
+    ngx_http_idempotency_mysql_op_finish(op, NGX_HTTP_IDEMPOTENCY_OP_TIMEOUT);
+
+    if (conn == NULL) {
+        return;
+    }
+
+    conn->op = NULL;
+
+    if (conn->state == NGX_HTTP_IDEMPOTENCY_MYSQL_CONNECT) {
+        /* a connect made for this op goes on for the pool */
+        conn->unbound = 1;
+        pool->nunbound++;
+        return;
+    }
+
+    /* the connection was running the op: its state is unknown */
+
+    ngx_http_idempotency_mysql_discard(conn);
+    ngx_http_idempotency_mysql_kick(pool);
+}
+
+
+/*
+ * Every op ends here: the handler is called from a posted event, so
+ * never from inside ngx_http_idempotency_op_run() nor from inside the
+ * pool's own code.
+ */
+
+static void
+ngx_http_idempotency_mysql_op_finish(ngx_http_idempotency_op_t *op,
+    ngx_uint_t rc)
+{
+    ngx_http_idempotency_mysql_pool_t  *pool;
+
+    op->rc = rc;
+
+    if (op->timer.timer_set) {
+        ngx_del_timer(&op->timer);
+    }
+
+    if (op->queue.next) {
+        pool = op->shard->pool;
+
+        ngx_queue_remove(&op->queue);
+        op->queue.prev = NULL;
+        op->queue.next = NULL;
+        pool->nwaiting--;
+    }
+
+    op->conn = NULL;
+
+    op->timer.handler = ngx_http_idempotency_mysql_op_posted;
+    ngx_post_event(&op->timer, &ngx_posted_events);
+}
+
+
+static void
+ngx_http_idempotency_mysql_op_posted(ngx_event_t *ev)
+{
+    ngx_http_idempotency_op_t  *op;
+
+    op = ev->data;
+
+    ngx_log_debug4(NGX_LOG_DEBUG_HTTP, op->log, 0,
+                   "idempotency mysql %s finished: rc=%ui err=%ui%s",
+                   op->name, op->rc, op->err,
+                   op->handler ? "" : " (detached)");
+
+    if (op->handler) {
+        op->handler(op);
+
+        if (op->keep_pool) {
+            return;
+        }
+    }
+
+    /* the handler may have freed the request, and the log with it */
+
+    op->pool->log = ngx_cycle->log;
+
+    ngx_destroy_pool(op->pool);
+}
+
+
+static void
+ngx_http_idempotency_mysql_op_down(ngx_http_idempotency_op_t *op)
+{
+    ngx_http_idempotency_mysql_pool_t  *pool;
+
+    pool = op->shard->pool;
+
+    ngx_http_idempotency_mysql_op_error(op, pool->last_err, pool->last_error,
+                                        pool->last_error_len);
+    ngx_http_idempotency_mysql_op_finish(op, NGX_HTTP_IDEMPOTENCY_OP_DOWN);
+}
+
+
+static void
+ngx_http_idempotency_mysql_op_error(ngx_http_idempotency_op_t *op,
+    ngx_uint_t err, u_char *text, size_t len)
+{
+    op->err = err;
+
+    op->err_text.data = ngx_pnalloc(op->pool, len ? len : 1);
+    if (op->err_text.data == NULL) {
+        op->err_text.len = 0;
+        return;
+    }
+
+    ngx_memcpy(op->err_text.data, text, len);
+    op->err_text.len = len;
+}
+
+
+/* worker exit */
+
+static void
+ngx_http_idempotency_mysql_op_drop(ngx_http_idempotency_op_t *op)
+{
+    ngx_http_idempotency_mysql_pool_t  *pool;
+
+    if (op->timer.timer_set) {
+        ngx_del_timer(&op->timer);
+    }
+
+    if (op->timer.posted) {
+        ngx_delete_posted_event(&op->timer);
+    }
+
+    if (op->queue.next) {
+        pool = op->shard->pool;
+
+        ngx_queue_remove(&op->queue);
+        op->queue.prev = NULL;
+        op->queue.next = NULL;
+        pool->nwaiting--;
+    }
+
+    op->pool->log = ngx_cycle->log;
+
+    ngx_destroy_pool(op->pool);
+}

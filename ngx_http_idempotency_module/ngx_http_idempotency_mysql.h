@@ -1,0 +1,90 @@
+
+/*
+ * ngx_http_idempotency_module: non-blocking MySQL pool.
+ *
+ * An "op" is one round trip: a statement string (several statements
+ * separated by ';' are allowed and sent as one COM_QUERY) run on a pooled
+ * connection of one shard.  The op owns its memory (op->pool) so that it
+ * may outlive the request that started it.
+ */
+
+
+#ifndef _NGX_HTTP_IDEMPOTENCY_MYSQL_H_INCLUDED_
+#define _NGX_HTTP_IDEMPOTENCY_MYSQL_H_INCLUDED_
+
+
+#include "ngx_http_idempotency_module.h"
+
+
+#define NGX_HTTP_IDEMPOTENCY_MAX_FIELDS   16
+
+/* op->rc */
+#define NGX_HTTP_IDEMPOTENCY_OP_OK          0
+#define NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR   1   /* server said no: op->err */
+#define NGX_HTTP_IDEMPOTENCY_OP_DOWN        2   /* connect failed, backoff */
+#define NGX_HTTP_IDEMPOTENCY_OP_TIMEOUT     3
+#define NGX_HTTP_IDEMPOTENCY_OP_BUSY        4   /* wait queue full/expired */
+
+
+typedef struct ngx_http_idempotency_op_s  ngx_http_idempotency_op_t;
+
+typedef void (*ngx_http_idempotency_op_handler_pt)(
+    ngx_http_idempotency_op_t *op);
+
+
+struct ngx_http_idempotency_op_s {
+    ngx_pool_t                           *pool;
+    ngx_log_t                            *log;
+    ngx_http_idempotency_shard_t         *shard;
+    const char                           *name;     /* "claim", for logs */
+
+    ngx_str_t                             sql;      /* in op->pool */
+
+    /* called once, never from inside ngx_http_idempotency_op_run() */
+    ngx_http_idempotency_op_handler_pt    handler;
+    void                                 *data;
+
+    /* results */
+    ngx_uint_t                            rc;
+    ngx_uint_t                            err;      /* mysql_errno() */
+    ngx_str_t                             err_text; /* mysql_error() */
+    uint64_t                              affected_rows; /* 1st statement */
+    ngx_uint_t                            nrows;    /* last result set */
+    ngx_uint_t                            nfields;
+    ngx_str_t                             fields[NGX_HTTP_IDEMPOTENCY_MAX_FIELDS];
+                                          /* 1st row; data NULL for NULL */
+
+    /* set by the handler to keep op->pool (and so fields[]) alive; the
+     * handler then owns it and must destroy it */
+    unsigned                              keep_pool:1;
+
+    /* private to the pool */
+    ngx_queue_t                           queue;
+    ngx_event_t                           timer;
+    void                                 *conn;
+};
+
+
+/*
+ * Allocates a pool (log as given), the op in it and op->sql.data with
+ * room for sql_size bytes (op->sql.len = 0).
+ */
+ngx_http_idempotency_op_t *ngx_http_idempotency_op_create(
+    ngx_http_idempotency_shard_t *shard, ngx_log_t *log, size_t sql_size);
+
+/* queues or starts the op; the handler (if any) is always called later */
+void ngx_http_idempotency_op_run(ngx_http_idempotency_op_t *op);
+
+/* the requester is gone: the op finishes silently and frees itself */
+void ngx_http_idempotency_op_detach(ngx_http_idempotency_op_t *op);
+
+/* appends src escaped for a '...' literal (utf8mb4 connection charset,
+ * backslash escapes on); dst needs 2 * len bytes */
+u_char *ngx_http_idempotency_mysql_escape(u_char *dst, u_char *src,
+    size_t len);
+
+/* worker exit: close every connection of every store */
+void ngx_http_idempotency_mysql_exit(ngx_cycle_t *cycle);
+
+
+#endif /* _NGX_HTTP_IDEMPOTENCY_MYSQL_H_INCLUDED_ */

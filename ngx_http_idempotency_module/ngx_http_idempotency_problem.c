@@ -1,0 +1,169 @@
+
+/*
+ * ngx_http_idempotency_module: RFC 9457 problem responses.
+ */
+
+
+#include "ngx_http_idempotency_problem.h"
+
+
+typedef struct {
+    ngx_uint_t   status;
+    ngx_str_t    type;
+    ngx_str_t    title;
+    const char  *detail;
+} ngx_http_idempotency_problem_t;
+
+
+#define NGX_HTTP_IDEMPOTENCY_TYPE  "urn:ngx-idempotency:problem:"
+
+static ngx_http_idempotency_problem_t  ngx_http_idempotency_problems[] = {
+
+    { NGX_HTTP_BAD_REQUEST,
+      ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "key-missing"),
+      ngx_string("Idempotency key missing"),
+      "This resource requires an idempotency key header." },
+
+    { NGX_HTTP_BAD_REQUEST,
+      ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "key-invalid"),
+      ngx_string("Idempotency key invalid"),
+      "The idempotency key header is malformed." },
+
+    { 422,
+      ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "key-reused"),
+      ngx_string("Idempotency key reused"),
+      "This idempotency key was already used for a different request "
+      "(method, URI or body differ)." },
+
+    { NGX_HTTP_CONFLICT,
+      ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "request-in-progress"),
+      ngx_string("Request in progress"),
+      "A request with this idempotency key is still being processed; "
+      "retry later." },
+
+    { 410,
+      ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "response-not-stored"),
+      ngx_string("Response not stored"),
+      "A request with this idempotency key was already executed, but its "
+      "response was too large to store; it is not executed again." },
+
+    { NGX_HTTP_SERVICE_UNAVAILABLE,
+      ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "store-unavailable"),
+      ngx_string("Idempotency store unavailable"),
+      "The idempotency key could not be checked; the request was not "
+      "executed.  Retry later." }
+};
+
+
+static u_char *ngx_http_idempotency_json_escape(u_char *d, u_char *s,
+    size_t len);
+
+
+ngx_int_t
+ngx_http_idempotency_problem(ngx_http_request_t *r,
+    ngx_http_idempotency_problem_e problem, const char *detail,
+    time_t retry_after)
+{
+    size_t                           len, dlen;
+    ngx_int_t                        rc;
+    ngx_buf_t                       *b;
+    ngx_chain_t                      out;
+    ngx_table_elt_t                 *h;
+    ngx_http_idempotency_problem_t  *p;
+
+    p = &ngx_http_idempotency_problems[problem];
+
+    if (detail == NULL) {
+        detail = p->detail;
+    }
+
+    dlen = ngx_strlen(detail);
+
+    if (ngx_http_discard_request_body(r) != NGX_OK) {
+        r->keepalive = 0;
+    }
+
+    len = sizeof("{\"type\":\"\",\"title\":\"\",\"status\":,\"detail\":\"\"}\n")
+          - 1 + p->type.len + p->title.len + NGX_INT_T_LEN + 6 * dlen;
+
+    b = ngx_create_temp_buf(r->pool, len);
+    if (b == NULL) {
+        return NGX_ERROR;
+    }
+
+    b->last = ngx_sprintf(b->last,
+                          "{\"type\":\"%V\",\"title\":\"%V\","
+                          "\"status\":%ui,\"detail\":\"",
+                          &p->type, &p->title, p->status);
+    b->last = ngx_http_idempotency_json_escape(b->last, (u_char *) detail,
+                                               dlen);
+    b->last = ngx_cpymem(b->last, "\"}\n", 3);
+    b->last_buf = (r == r->main) ? 1 : 0;
+    b->last_in_chain = 1;
+
+    r->headers_out.status = p->status;
+    r->headers_out.content_length_n = b->last - b->pos;
+    ngx_str_set(&r->headers_out.content_type, "application/problem+json");
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    r->headers_out.content_type_lowcase = NULL;
+
+    if (retry_after > 0) {
+        h = ngx_list_push(&r->headers_out.headers);
+        if (h == NULL) {
+            return NGX_ERROR;
+        }
+
+        h->value.data = ngx_pnalloc(r->pool, NGX_TIME_T_LEN);
+        if (h->value.data == NULL) {
+            return NGX_ERROR;
+        }
+
+        h->hash = 1;
+        ngx_str_set(&h->key, "Retry-After");
+        h->value.len = ngx_sprintf(h->value.data, "%T", retry_after)
+                       - h->value.data;
+        h->lowcase_key = NULL;
+    }
+
+    rc = ngx_http_send_header(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out);
+}
+
+
+static u_char *
+ngx_http_idempotency_json_escape(u_char *d, u_char *s, size_t len)
+{
+    u_char  c;
+
+    static u_char  hex[] = "0123456789abcdef";
+
+    while (len--) {
+        c = *s++;
+
+        if (c == '"' || c == '\\') {
+            *d++ = '\\';
+            *d++ = c;
+
+        } else if (c < 0x20) {
+            *d++ = '\\';
+            *d++ = 'u';
+            *d++ = '0';
+            *d++ = '0';
+            *d++ = hex[c >> 4];
+            *d++ = hex[c & 0xf];
+
+        } else {
+            *d++ = c;
+        }
+    }
+
+    return d;
+}

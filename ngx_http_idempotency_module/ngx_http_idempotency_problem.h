@@ -1,0 +1,34 @@
+
+/*
+ * ngx_http_idempotency_module: RFC 9457 problem responses.
+ */
+
+
+#ifndef _NGX_HTTP_IDEMPOTENCY_PROBLEM_H_INCLUDED_
+#define _NGX_HTTP_IDEMPOTENCY_PROBLEM_H_INCLUDED_
+
+
+#include "ngx_http_idempotency_module.h"
+
+
+typedef enum {
+    NGX_HTTP_IDEMPOTENCY_P_MISSING = 0,
+    NGX_HTTP_IDEMPOTENCY_P_INVALID,
+    NGX_HTTP_IDEMPOTENCY_P_MISMATCH,
+    NGX_HTTP_IDEMPOTENCY_P_CONFLICT,
+    NGX_HTTP_IDEMPOTENCY_P_UNSTORED,
+    NGX_HTTP_IDEMPOTENCY_P_STORE
+} ngx_http_idempotency_problem_e;
+
+
+/*
+ * Sends the problem response; detail may be NULL for the default one.
+ * retry_after > 0 adds Retry-After.  Returns what the output filters
+ * returned, for ngx_http_finalize_request().
+ */
+ngx_int_t ngx_http_idempotency_problem(ngx_http_request_t *r,
+    ngx_http_idempotency_problem_e problem, const char *detail,
+    time_t retry_after);
+
+
+#endif /* _NGX_HTTP_IDEMPOTENCY_PROBLEM_H_INCLUDED_ */

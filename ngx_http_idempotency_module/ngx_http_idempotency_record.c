@@ -1,0 +1,349 @@
+
+/*
+ * ngx_http_idempotency_module: the stored response record.
+ */
+
+
+#include "ngx_http_idempotency_record.h"
+
+
+/* not replayed: per connection, or made again for each response */
+static ngx_str_t  ngx_http_idempotency_skip_headers[] = {
+    ngx_string("Connection"),
+    ngx_string("Keep-Alive"),
+    ngx_string("Proxy-Connection"),
+    ngx_string("Transfer-Encoding"),
+    ngx_string("TE"),
+    ngx_string("Trailer"),
+    ngx_string("Upgrade"),
+    ngx_string("Content-Length"),
+    ngx_string("Content-Type"),
+    ngx_string("Date"),
+    ngx_string("Server"),
+    ngx_string("Idempotent-Replayed"),
+    ngx_null_string
+};
+
+
+static ngx_uint_t ngx_http_idempotency_skip(ngx_str_t *name);
+static u_char *ngx_http_idempotency_put16(u_char *p, size_t n);
+static u_char *ngx_http_idempotency_put32(u_char *p, size_t n);
+
+
+ngx_int_t
+ngx_http_idempotency_record_head(ngx_http_request_t *r, ngx_pool_t *pool,
+    ngx_str_t *out)
+{
+    u_char           *p;
+    size_t            len, ctlen;
+    ngx_uint_t        i, n;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h;
+
+    static ngx_str_t  content_type = ngx_string("Content-Type");
+
+    len = sizeof(NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC) - 1 + 2 + 2;
+    n = 0;
+
+    ctlen = 0;
+
+    if (r->headers_out.content_type.len) {
+        ctlen = r->headers_out.content_type.len;
+
+        if (r->headers_out.content_type_len == r->headers_out.content_type.len
+            && r->headers_out.charset.len)
+        {
+            ctlen += sizeof("; charset=") - 1 + r->headers_out.charset.len;
+        }
+
+        len += 2 + content_type.len + 4 + ctlen;
+        n++;
+    }
+
+    part = &r->headers_out.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].hash == 0 || ngx_http_idempotency_skip(&h[i].key)) {
+            continue;
+        }
+
+        len += 2 + h[i].key.len + 4 + h[i].value.len;
+        n++;
+    }
+
+    if (n > 0xffff) {
+        return NGX_ERROR;
+    }
+
+    p = ngx_pnalloc(pool, len);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    out->data = p;
+    out->len = len;
+
+    p = ngx_cpymem(p, NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC,
+                   sizeof(NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC) - 1);
+    p = ngx_http_idempotency_put16(p, r->headers_out.status);
+    p = ngx_http_idempotency_put16(p, n);
+
+    /* the same Content-Type line the header filter would write */
+
+    if (ctlen) {
+        p = ngx_http_idempotency_put16(p, content_type.len);
+        p = ngx_cpymem(p, content_type.data, content_type.len);
+        p = ngx_http_idempotency_put32(p, ctlen);
+        p = ngx_cpymem(p, r->headers_out.content_type.data,
+                       r->headers_out.content_type.len);
+
+        if (ctlen > r->headers_out.content_type.len) {
+            p = ngx_cpymem(p, "; charset=", sizeof("; charset=") - 1);
+            p = ngx_cpymem(p, r->headers_out.charset.data,
+                           r->headers_out.charset.len);
+        }
+    }
+
+    part = &r->headers_out.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].hash == 0 || ngx_http_idempotency_skip(&h[i].key)) {
+            continue;
+        }
+
+        p = ngx_http_idempotency_put16(p, h[i].key.len);
+        p = ngx_cpymem(p, h[i].key.data, h[i].key.len);
+        p = ngx_http_idempotency_put32(p, h[i].value.len);
+        p = ngx_cpymem(p, h[i].value.data, h[i].value.len);
+    }
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_idempotency_record_body_len(u_char *p, size_t len)
+{
+    (void) ngx_http_idempotency_put32(p, len);
+}
+
+
+ngx_int_t
+ngx_http_idempotency_record_parse(ngx_pool_t *pool, u_char *data, size_t len,
+    ngx_http_idempotency_record_t *rec)
+{
+    u_char        *p, *last;
+    size_t         size;
+    ngx_uint_t     i, n;
+    ngx_keyval_t  *kv;
+
+    p = data;
+    last = data + len;
+
+#define ngx_http_idempotency_need(k)                                         \
+    if ((size_t) (last - p) < (size_t) (k)) {                                \
+        return NGX_ERROR;                                                    \
+    }
+
+    ngx_http_idempotency_need(8);
+
+    if (ngx_memcmp(p, NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC, 4) != 0) {
+        return NGX_ERROR;
+    }
+
+    rec->status = (p[4] << 8) | p[5];
+    n = (p[6] << 8) | p[7];
+    p += 8;
+
+    if (rec->status < 100 || rec->status > 999) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_array_init(&rec->headers, pool, n ? n : 1, sizeof(ngx_keyval_t))
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < n; i++) {
+        kv = ngx_array_push(&rec->headers);
+        if (kv == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_http_idempotency_need(2);
+        size = (p[0] << 8) | p[1];
+        p += 2;
+
+        ngx_http_idempotency_need(size);
+
+        if (size == 0) {
+            return NGX_ERROR;
+        }
+
+        kv->key.data = p;
+        kv->key.len = size;
+        p += size;
+
+        ngx_http_idempotency_need(4);
+        size = ((size_t) p[0] << 24) | (p[1] << 16) | (p[2] << 8) | p[3];
+        p += 4;
+
+        ngx_http_idempotency_need(size);
+        kv->value.data = p;
+        kv->value.len = size;
+        p += size;
+    }
+
+    ngx_http_idempotency_need(4);
+    size = ((size_t) p[0] << 24) | (p[1] << 16) | (p[2] << 8) | p[3];
+    p += 4;
+
+    if ((size_t) (last - p) != size) {
+        return NGX_ERROR;
+    }
+
+#undef ngx_http_idempotency_need
+
+    rec->body.data = p;
+    rec->body.len = size;
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_idempotency_record_apply(ngx_http_request_t *r,
+    ngx_http_idempotency_record_t *rec)
+{
+    ngx_uint_t        i;
+    ngx_keyval_t     *kv;
+    ngx_table_elt_t  *h;
+
+    r->headers_out.status = rec->status;
+    r->headers_out.content_length_n = rec->body.len;
+
+    kv = rec->headers.elts;
+
+    for (i = 0; i < rec->headers.nelts; i++) {
+
+        if (kv[i].key.len == sizeof("Content-Type") - 1
+            && ngx_strncasecmp(kv[i].key.data, (u_char *) "Content-Type",
+                               kv[i].key.len) == 0)
+        {
+            r->headers_out.content_type = kv[i].value;
+            r->headers_out.content_type_len = kv[i].value.len;
+            continue;
+        }
+
+        h = ngx_list_push(&r->headers_out.headers);
+        if (h == NULL) {
+            return NGX_ERROR;
+        }
+
+        h->hash = 1;
+        h->key = kv[i].key;
+        h->value = kv[i].value;
+        h->lowcase_key = NULL;
+
+        /*
+         * the pointers later filters look at, set as upstream sets them:
+         * a relative Location is left out of headers_out.location so
+         * that the header filter does not make it absolute
+         */
+
+        if (h->key.len == sizeof("Location") - 1
+            && ngx_strncasecmp(h->key.data, (u_char *) "Location",
+                               h->key.len) == 0)
+        {
+            if (h->value.len && h->value.data[0] != '/') {
+                r->headers_out.location = h;
+            }
+
+        } else if (h->key.len == sizeof("Content-Encoding") - 1
+                   && ngx_strncasecmp(h->key.data,
+                                      (u_char *) "Content-Encoding",
+                                      h->key.len) == 0)
+        {
+            r->headers_out.content_encoding = h;
+
+        } else if (h->key.len == sizeof("ETag") - 1
+                   && ngx_strncasecmp(h->key.data, (u_char *) "ETag",
+                                      h->key.len) == 0)
+        {
+            r->headers_out.etag = h;
+
+        } else if (h->key.len == sizeof("Last-Modified") - 1
+                   && ngx_strncasecmp(h->key.data,
+                                      (u_char *) "Last-Modified",
+                                      h->key.len) == 0)
+        {
+            r->headers_out.last_modified = h;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_uint_t
+ngx_http_idempotency_skip(ngx_str_t *name)
+{
+    ngx_str_t  *s;
+
+    for (s = ngx_http_idempotency_skip_headers; s->len; s++) {
+        if (s->len == name->len
+            && ngx_strncasecmp(s->data, name->data, s->len) == 0)
+        {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
+static u_char *
+ngx_http_idempotency_put16(u_char *p, size_t n)
+{
+    *p++ = (u_char) (n >> 8);
+    *p++ = (u_char) n;
+
+    return p;
+}
+
+
+static u_char *
+ngx_http_idempotency_put32(u_char *p, size_t n)
+{
+    *p++ = (u_char) (n >> 24);
+    *p++ = (u_char) (n >> 16);
+    *p++ = (u_char) (n >> 8);
+    *p++ = (u_char) n;
+
+    return p;
+}

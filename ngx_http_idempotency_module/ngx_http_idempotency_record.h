@@ -1,0 +1,49 @@
+
+/*
+ * ngx_http_idempotency_module: the stored response record.
+ *
+ * Format 1, all integers big-endian:
+ *
+ *     "IDR1"  u16 status  u16 n
+ *     n times: u16 name length, name, u32 value length, value
+ *     u32 body length, body
+ *
+ * The header block is made when the response headers pass; the body
+ * length and the body are appended when the last byte has passed.
+ */
+
+
+#ifndef _NGX_HTTP_IDEMPOTENCY_RECORD_H_INCLUDED_
+#define _NGX_HTTP_IDEMPOTENCY_RECORD_H_INCLUDED_
+
+
+#include "ngx_http_idempotency_module.h"
+
+
+#define NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC   "IDR1"
+
+
+typedef struct {
+    ngx_uint_t    status;
+    ngx_array_t   headers;      /* of ngx_keyval_t, pointing into data */
+    ngx_str_t     body;
+} ngx_http_idempotency_record_t;
+
+
+/* the header block of r's response, in pool */
+ngx_int_t ngx_http_idempotency_record_head(ngx_http_request_t *r,
+    ngx_pool_t *pool, ngx_str_t *out);
+
+/* the 4 bytes that frame a body of len bytes */
+void ngx_http_idempotency_record_body_len(u_char *p, size_t len);
+
+/* parses data (not copied); NGX_ERROR on any malformed input */
+ngx_int_t ngx_http_idempotency_record_parse(ngx_pool_t *pool, u_char *data,
+    size_t len, ngx_http_idempotency_record_t *rec);
+
+/* sets r's status and headers from the record */
+ngx_int_t ngx_http_idempotency_record_apply(ngx_http_request_t *r,
+    ngx_http_idempotency_record_t *rec);
+
+
+#endif /* _NGX_HTTP_IDEMPOTENCY_RECORD_H_INCLUDED_ */

@@ -1,0 +1,233 @@
+
+/*
+ * ngx_http_idempotency_module: the statements the lifecycle sends.
+ *
+ * Every statement that changes a row is conditional on the owner token,
+ * so running one twice (a retry after a lost connection) is harmless.
+ * Times are the database's (UTC_TIMESTAMP), never the nginx host's.
+ */
+
+
+#include "ngx_http_idempotency_sql.h"
+#include "ngx_http_idempotency_record.h"
+
+
+#define NGX_HTTP_IDEMPOTENCY_HEX(n)   (sizeof("X''") - 1 + 2 * (n))
+
+
+static u_char *ngx_http_idempotency_hex(u_char *p, u_char *src, size_t len);
+
+
+/*
+ * One round trip for every verdict.  The INSERT claims a new key; on a
+ * duplicate, ON DUPLICATE KEY UPDATE takes the row over only when it is
+ * past retention (a new operation) or in progress with a dead lease and
+ * the same fingerprint (the owner died).  @idem_take is computed in the
+ * first assignment, from the row as it was, and the others reuse it.
+ * The SELECT then tells the caller who holds the key and, for a
+ * completed key, returns the stored response.
+ */
+
+static const char  ngx_http_idempotency_claim_sql[] =
+    "INSERT INTO `%V` (key_hash, state, owner, fingerprint, created_at, "
+    "lease_until, expires_at) VALUES (%s, 0, %s, %s, UTC_TIMESTAMP(3), "
+    "UTC_TIMESTAMP(3) + INTERVAL %M000 MICROSECOND, "
+    "UTC_TIMESTAMP(3) + INTERVAL %T SECOND) "
+    "ON DUPLICATE KEY UPDATE "
+    "owner = IF(@idem_take := CASE "
+    "WHEN expires_at <= UTC_TIMESTAMP(3) THEN 1 "
+    "WHEN state = 0 AND lease_until <= UTC_TIMESTAMP(3) AND %s THEN 2 "
+    "ELSE 0 END, VALUES(owner), owner), "
+    "state = IF(@idem_take, 0, state), "
+    "fingerprint = IF(@idem_take, VALUES(fingerprint), fingerprint), "
+    "created_at = IF(@idem_take = 1, VALUES(created_at), created_at), "
+    "lease_until = IF(@idem_take, VALUES(lease_until), lease_until), "
+    "expires_at = IF(@idem_take = 1, VALUES(expires_at), expires_at), "
+    "status = IF(@idem_take, NULL, status), "
+    "response = IF(@idem_take, NULL, response); "
+    "SELECT state, owner = %s, %s, "
+    "GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(3), lease_until), 0) "
+    "DIV 1000, "
+    "GREATEST(TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(3), expires_at), 0), "
+    "@idem_take, status, response FROM `%V` WHERE key_hash = %s";
+
+
+ngx_http_idempotency_op_t *
+ngx_http_idempotency_sql_claim(ngx_http_idempotency_shard_t *shard,
+    ngx_log_t *log, ngx_http_idempotency_claim_t *cl)
+{
+    size_t                      size;
+    ngx_str_t                  *table;
+    ngx_http_idempotency_op_t  *op;
+    u_char                      kh[NGX_HTTP_IDEMPOTENCY_HEX(32) + 1];
+    u_char                      ow[NGX_HTTP_IDEMPOTENCY_HEX(16) + 1];
+    u_char                      fp[NGX_HTTP_IDEMPOTENCY_HEX(32) + 1];
+    u_char                      fpeq[sizeof("fingerprint = ")
+                                     + NGX_HTTP_IDEMPOTENCY_HEX(32)];
+
+    table = &shard->store->table;
+
+    *ngx_http_idempotency_hex(kh, cl->key_hash, 32) = '\0';
+    *ngx_http_idempotency_hex(ow, cl->owner, 16) = '\0';
+
+    if (cl->fingerprint) {
+        *ngx_http_idempotency_hex(fp, cl->fingerprint, 32) = '\0';
+        *ngx_sprintf(fpeq, "fingerprint = %s", fp) = '\0';
+
+    } else {
+        /* stored as zeros and never compared */
+        fp[0] = 'X';
+        fp[1] = '\'';
+        ngx_memset(fp + 2, '0', 64);
+        fp[66] = '\'';
+        fp[67] = '\0';
+        fpeq[0] = '1';
+        fpeq[1] = '\0';
+    }
+
+    size = sizeof(ngx_http_idempotency_claim_sql) + 2 * table->len
+           + 4 * sizeof(kh) + 2 * sizeof(ow) + 2 * sizeof(fpeq)
+           + sizeof(fp) + 2 * NGX_INT64_LEN;
+
+    op = ngx_http_idempotency_op_create(shard, log, size);
+    if (op == NULL) {
+        return NULL;
+    }
+
+    op->name = "claim";
+    op->sql.len = ngx_sprintf(op->sql.data, ngx_http_idempotency_claim_sql,
+                              table, kh, ow, fp, cl->lease, cl->ttl,
+                              fpeq, ow, fpeq, table, kh)
+                  - op->sql.data;
+
+    return op;
+}
+
+
+ngx_http_idempotency_op_t *
+ngx_http_idempotency_sql_renew(ngx_http_idempotency_shard_t *shard,
+    ngx_log_t *log, u_char *key_hash, u_char *owner, ngx_msec_t lease)
+{
+    u_char                     *p;
+    ngx_http_idempotency_op_t  *op;
+
+    op = ngx_http_idempotency_op_create(shard, log, 256
+                                        + shard->store->table.len);
+    if (op == NULL) {
+        return NULL;
+    }
+
+    op->name = "renew";
+
+    p = ngx_sprintf(op->sql.data, "UPDATE `%V` SET lease_until = "
+                    "UTC_TIMESTAMP(3) + INTERVAL %M000 MICROSECOND "
+                    "WHERE key_hash = ", &shard->store->table, lease);
+    p = ngx_http_idempotency_hex(p, key_hash, 32);
+    p = ngx_cpymem(p, " AND state = 0 AND owner = ", 27);
+    p = ngx_http_idempotency_hex(p, owner, 16);
+
+    op->sql.len = p - op->sql.data;
+
+    return op;
+}
+
+
+ngx_http_idempotency_op_t *
+ngx_http_idempotency_sql_release(ngx_http_idempotency_shard_t *shard,
+    ngx_log_t *log, u_char *key_hash, u_char *owner)
+{
+    u_char                     *p;
+    ngx_http_idempotency_op_t  *op;
+
+    op = ngx_http_idempotency_op_create(shard, log, 256
+                                        + shard->store->table.len);
+    if (op == NULL) {
+        return NULL;
+    }
+
+    op->name = "release";
+
+    p = ngx_sprintf(op->sql.data, "DELETE FROM `%V` WHERE key_hash = ",
+                    &shard->store->table);
+    p = ngx_http_idempotency_hex(p, key_hash, 32);
+    p = ngx_cpymem(p, " AND state = 0 AND owner = ", 27);
+    p = ngx_http_idempotency_hex(p, owner, 16);
+
+    op->sql.len = p - op->sql.data;
+
+    return op;
+}
+
+
+ngx_int_t
+ngx_http_idempotency_sql_complete(ngx_pool_t *pool,
+    ngx_http_idempotency_store_t *store, u_char *key_hash, u_char *owner,
+    ngx_uint_t status, ngx_str_t *head, ngx_chain_t *body, size_t body_len,
+    ngx_str_t *sql)
+{
+    u_char       *p;
+    size_t        size;
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+    u_char        blen[4];
+
+    size = 256 + store->table.len;
+
+    if (head) {
+        /* escaping at most doubles each byte */
+        size += 2 * (head->len + sizeof(blen) + body_len);
+    }
+
+    p = ngx_pnalloc(pool, size);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    sql->data = p;
+
+    p = ngx_sprintf(p, "UPDATE `%V` SET state = %d, status = %ui, "
+                    "lease_until = UTC_TIMESTAMP(3), response = ",
+                    &store->table,
+                    head ? NGX_HTTP_IDEMPOTENCY_ROW_DONE
+                         : NGX_HTTP_IDEMPOTENCY_ROW_UNSTORED,
+                    status);
+
+    if (head) {
+        *p++ = '\'';
+        p = ngx_http_idempotency_mysql_escape(p, head->data, head->len);
+
+        ngx_http_idempotency_record_body_len(blen, body_len);
+        p = ngx_http_idempotency_mysql_escape(p, blen, sizeof(blen));
+
+        for (cl = body; cl; cl = cl->next) {
+            b = cl->buf;
+            p = ngx_http_idempotency_mysql_escape(p, b->pos, b->last - b->pos);
+        }
+
+        *p++ = '\'';
+
+    } else {
+        p = ngx_cpymem(p, "NULL", 4);
+    }
+
+    p = ngx_cpymem(p, " WHERE key_hash = ", 18);
+    p = ngx_http_idempotency_hex(p, key_hash, 32);
+    p = ngx_cpymem(p, " AND owner = ", 13);
+    p = ngx_http_idempotency_hex(p, owner, 16);
+
+    sql->len = p - sql->data;
+
+    return NGX_OK;
+}
+
+
+static u_char *
+ngx_http_idempotency_hex(u_char *p, u_char *src, size_t len)
+{
+    *p++ = 'X';
+    *p++ = '\'';
+    p = ngx_hex_dump(p, src, len);
+    *p++ = '\'';
+
+    return p;
+}

@@ -1,0 +1,62 @@
+
+/*
+ * ngx_http_idempotency_module: the statements the lifecycle sends.
+ */
+
+
+#ifndef _NGX_HTTP_IDEMPOTENCY_SQL_H_INCLUDED_
+#define _NGX_HTTP_IDEMPOTENCY_SQL_H_INCLUDED_
+
+
+#include "ngx_http_idempotency_module.h"
+#include "ngx_http_idempotency_mysql.h"
+
+
+/* the columns of the row the claim returns */
+#define NGX_HTTP_IDEMPOTENCY_F_STATE      0
+#define NGX_HTTP_IDEMPOTENCY_F_MINE       1
+#define NGX_HTTP_IDEMPOTENCY_F_SAME_FP    2
+#define NGX_HTTP_IDEMPOTENCY_F_LEASE_MS   3
+#define NGX_HTTP_IDEMPOTENCY_F_TTL_S      4
+#define NGX_HTTP_IDEMPOTENCY_F_TAKE       5
+#define NGX_HTTP_IDEMPOTENCY_F_STATUS     6
+#define NGX_HTTP_IDEMPOTENCY_F_RESPONSE   7
+#define NGX_HTTP_IDEMPOTENCY_F_COUNT      8
+
+/* "take" when the claim updated an existing row */
+#define NGX_HTTP_IDEMPOTENCY_TAKE_EXPIRED 1
+#define NGX_HTTP_IDEMPOTENCY_TAKE_LEASE   2
+
+
+typedef struct {
+    u_char       *key_hash;
+    u_char       *owner;
+    u_char       *fingerprint;     /* NULL: fingerprints are not compared */
+    ngx_msec_t    lease;
+    time_t        ttl;
+} ngx_http_idempotency_claim_t;
+
+
+ngx_http_idempotency_op_t *ngx_http_idempotency_sql_claim(
+    ngx_http_idempotency_shard_t *shard, ngx_log_t *log,
+    ngx_http_idempotency_claim_t *cl);
+
+ngx_http_idempotency_op_t *ngx_http_idempotency_sql_renew(
+    ngx_http_idempotency_shard_t *shard, ngx_log_t *log, u_char *key_hash,
+    u_char *owner, ngx_msec_t lease);
+
+ngx_http_idempotency_op_t *ngx_http_idempotency_sql_release(
+    ngx_http_idempotency_shard_t *shard, ngx_log_t *log, u_char *key_hash,
+    u_char *owner);
+
+/*
+ * The completion UPDATE, built in pool: with head == NULL the response is
+ * recorded as executed but not stored.
+ */
+ngx_int_t ngx_http_idempotency_sql_complete(ngx_pool_t *pool,
+    ngx_http_idempotency_store_t *store, u_char *key_hash, u_char *owner,
+    ngx_uint_t status, ngx_str_t *head, ngx_chain_t *body, size_t body_len,
+    ngx_str_t *sql);
+
+
+#endif /* _NGX_HTTP_IDEMPOTENCY_SQL_H_INCLUDED_ */
