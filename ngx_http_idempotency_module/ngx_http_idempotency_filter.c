@@ -360,8 +360,13 @@ ngx_http_idempotency_job_done(ngx_http_idempotency_op_t *op)
         return;
     }
 
+    /* the UPDATE is conditional on the owner token: running it again is
+     * harmless, so anything but a server's verdict on it is retried
+     * (client-side errors 2000-2999 are lost connections and the like) */
+
     if (job->tries < NGX_HTTP_IDEMPOTENCY_COMPLETE_TRIES
-        && op->rc != NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR)
+        && (op->rc != NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR
+            || (op->err >= 2000 && op->err < 3000)))
     {
         ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
                       "idempotency store \"%V\" mysql=%V: storing the "

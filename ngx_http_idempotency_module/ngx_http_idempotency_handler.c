@@ -41,6 +41,7 @@ static void ngx_http_idempotency_resolve(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_uint_t outcome,
     ngx_uint_t status);
 static void ngx_http_idempotency_resume(ngx_http_request_t *r);
+static void ngx_http_idempotency_resume_handler(ngx_event_t *ev);
 static ngx_int_t ngx_http_idempotency_respond(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx);
 static ngx_int_t ngx_http_idempotency_replay(ngx_http_request_t *r,
@@ -516,8 +517,31 @@ ngx_http_idempotency_resolve(ngx_http_request_t *r,
 static void
 ngx_http_idempotency_resume(ngx_http_request_t *r)
 {
-    ngx_connection_t  *c;
+    ngx_http_idempotency_ctx_t  *ctx;
 
+    /*
+     * Resume from a posted event, not from inside the store op's handler:
+     * finalizing the request here could free the op's pool (kept for a
+     * replay) while the pool code still looks at the op.
+     */
+
+    ctx = ngx_http_idempotency_get_ctx(r);
+
+    ctx->resume_ev.handler = ngx_http_idempotency_resume_handler;
+    ctx->resume_ev.data = r;
+    ctx->resume_ev.log = r->connection->log;
+
+    ngx_post_event(&ctx->resume_ev, &ngx_posted_events);
+}
+
+
+static void
+ngx_http_idempotency_resume_handler(ngx_event_t *ev)
+{
+    ngx_connection_t    *c;
+    ngx_http_request_t  *r;
+
+    r = ev->data;
     c = r->connection;
 
     r->read_event_handler = ngx_http_block_reading;
@@ -773,6 +797,10 @@ ngx_http_idempotency_cleanup(void *data)
 
     if (ctx->wait_ev.timer_set) {
         ngx_del_timer(&ctx->wait_ev);
+    }
+
+    if (ctx->resume_ev.posted) {
+        ngx_delete_posted_event(&ctx->resume_ev);
     }
 
     if (ctx->renew_op) {

@@ -48,6 +48,7 @@ typedef struct {
     ngx_msec_t                         poll_delay;
     ngx_event_t                        wait_ev;
     ngx_event_t                        renew_ev;
+    ngx_event_t                        resume_ev;
 
     ngx_pool_t                        *replay_pool;
     ngx_http_idempotency_record_t      record;
