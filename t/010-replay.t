@@ -1,0 +1,296 @@
+# The core promise: the first request with a key goes upstream once, every
+# duplicate gets its stored response replayed byte for byte.
+
+use lib 't';
+use Test::Nginx::Socket 'no_plan';
+use IdemTest;
+
+no_shuffle();
+run_tests();
+
+__DATA__
+
+=== TEST 1: methods outside idempotency_methods pass through untouched
+--- config
+    location /orders { idempotency main; proxy_pass http://backend; }
+    location = /count { proxy_pass http://backend/__count; }
+--- more_headers
+Idempotency-Key: t010-get
+--- request eval
+["GET /orders", "GET /orders", "GET /count?key=t010-get"]
+--- error_code eval
+[200, 200, 200]
+--- response_body_like eval
+['"execution":1', '"execution":2', '^2$']
+--- response_headers eval
+["!Idempotent-Replayed", "!Idempotent-Replayed", ""]
+--- no_error_log
+[error]
+
+
+
+=== TEST 2: a POST without the key passes through when it is not required
+--- config
+    location /orders {
+        idempotency main;
+        proxy_pass http://backend;
+        add_header X-Idem $idempotency_status;
+    }
+--- request
+POST /orders
+{}
+--- error_code: 201
+--- response_headers
+X-Idem: bypass
+!Idempotent-Replayed
+--- no_error_log
+[error]
+
+
+
+=== TEST 3: required and missing: 400 problem+json
+--- config
+    location /orders {
+        idempotency main;
+        idempotency_required on;
+        proxy_pass http://backend;
+    }
+--- request
+POST /orders
+{}
+--- error_code: 400
+--- response_headers
+Content-Type: application/problem+json
+--- response_body
+{"type":"urn:ngx-idempotency:problem:key-missing","title":"Idempotency key missing","status":400,"detail":"This resource requires an idempotency key header."}
+--- no_error_log
+[error]
+
+
+
+=== TEST 4: first request executes, the duplicate is replayed
+--- config
+    location /orders {
+        idempotency main;
+        proxy_pass http://backend;
+        add_header X-Idem $idempotency_status always;
+    }
+    location = /count { proxy_pass http://backend/__count; }
+--- more_headers
+Idempotency-Key: t010-4
+--- request eval
+["POST /orders\n{\"item\":1}", "POST /orders\n{\"item\":1}", "GET /count?key=t010-4"]
+--- error_code eval
+[201, 201, 200]
+--- response_body_like eval
+['^\{"order_id":"ord-\d+","key":"t010-4","execution":1,', '^\{"order_id":"ord-\d+","key":"t010-4","execution":1,', '^1$']
+--- response_headers eval
+["X-Idem: new\n!Idempotent-Replayed", "X-Idem: replay\nIdempotent-Replayed: true", ""]
+--- no_error_log
+[error]
+
+
+
+=== TEST 5: the replay is byte-identical: status, headers, body
+--- config
+    location /orders { idempotency main; proxy_pass http://backend; }
+--- init
+my $r1 = `curl -s -i -X POST -H 'Idempotency-Key: t010-5' --data-binary x 'http://127.0.0.1:@{[port()]}/orders?cookies=2'`;
+my $r2 = `curl -s -i -X POST -H 'Idempotency-Key: t010-5' --data-binary x 'http://127.0.0.1:@{[port()]}/orders?cookies=2'`;
+for ($r1, $r2) { s/^Date: .*\r\n//mg; }
+$r2 =~ s/^Idempotent-Replayed: true\r\n//m or die "no replay header in:\n$r2";
+$r1 eq $r2 or die "replay differs:\n$r1\n---\n$r2";
+--- request
+POST /orders?cookies=2
+x
+--- more_headers
+Idempotency-Key: t010-5
+--- error_code: 201
+--- raw_response_headers_like: Set-Cookie: c1=v1; Path=/\r\nSet-Cookie: c2=v2; Path=/\r\n
+--- response_headers
+Idempotent-Replayed: true
+Content-Type: application/json
+--- no_error_log
+[error]
+
+
+
+=== TEST 6: 201 with Location is replayed with its Location
+--- config
+    location /orders { idempotency main; proxy_pass http://backend; }
+--- more_headers
+Idempotency-Key: t010-6
+--- request eval
+["POST /orders\nx", "POST /orders\nx"]
+--- error_code eval
+[201, 201]
+--- raw_response_headers_like eval
+["Location: /orders/ord-\\d+\r\n", "Location: /orders/ord-\\d+\r\n"]
+--- no_error_log
+[error]
+
+
+
+=== TEST 7: binary body replayed byte for byte
+--- config
+    location /orders { idempotency main; proxy_pass http://backend; }
+--- more_headers
+Idempotency-Key: t010-7
+--- request eval
+["POST /orders?binary=1\nx", "POST /orders?binary=1\nx"]
+--- error_code eval
+[201, 201]
+--- response_body eval
+[CORE::join('', map { chr($_) } 0..255, CORE::reverse(0..255)) . ("\0" x 64),
+ CORE::join('', map { chr($_) } 0..255, CORE::reverse(0..255)) . ("\0" x 64)]
+--- response_headers eval
+["!Idempotent-Replayed", "Idempotent-Replayed: true\nContent-Type: application/octet-stream"]
+--- no_error_log
+[error]
+
+
+
+=== TEST 8: a chunked upstream response is replayed whole
+--- config
+    location /orders { idempotency main; proxy_pass http://backend; }
+--- more_headers
+Idempotency-Key: t010-8
+--- request eval
+["POST /orders?chunked=1&size=70000\nx", "POST /orders?chunked=1&size=70000\nx"]
+--- error_code eval
+[201, 201]
+--- response_body eval
+[CORE::join('', map { chr($_ % 251) } 0..69999), CORE::join('', map { chr($_ % 251) } 0..69999)]
+--- response_headers eval
+["!Idempotent-Replayed", "Idempotent-Replayed: true"]
+--- no_error_log
+[error]
+
+
+
+=== TEST 9: a gzip'ed body keeps its Content-Encoding and bytes
+--- config
+    location /orders { idempotency main; proxy_pass http://backend; }
+--- init
+my $a = `curl -s -X POST -H 'Idempotency-Key: t010-9' --data-binary x 'http://127.0.0.1:@{[port()]}/orders?gzip=1'`;
+my $b = `curl -s -X POST -H 'Idempotency-Key: t010-9' --data-binary x 'http://127.0.0.1:@{[port()]}/orders?gzip=1'`;
+length($a) > 20 && $a eq $b && substr($a, 0, 2) eq "\x1f\x8b" or die "gzip replay differs";
+--- request
+POST /orders?gzip=1
+x
+--- more_headers
+Idempotency-Key: t010-9
+--- error_code: 201
+--- response_headers
+Content-Encoding: gzip
+Idempotent-Replayed: true
+--- no_error_log
+[error]
+
+
+
+=== TEST 10: an empty body is replayed as empty
+--- config
+    location /orders { idempotency main; proxy_pass http://backend; }
+--- more_headers
+Idempotency-Key: t010-10
+--- request eval
+["POST /orders?empty=1&status=200\nx", "POST /orders?empty=1&status=200\nx"]
+--- error_code eval
+[200, 200]
+--- response_body eval
+["", ""]
+--- response_headers eval
+["Content-Length: 0", "Content-Length: 0\nIdempotent-Replayed: true"]
+--- no_error_log
+[error]
+
+
+
+=== TEST 11: 204 No Content is replayed
+--- config
+    location /orders { idempotency main; proxy_pass http://backend; }
+    location = /count { proxy_pass http://backend/__count; }
+--- more_headers
+Idempotency-Key: t010-11
+--- request eval
+["POST /orders?status=204\nx", "POST /orders?status=204\nx", "GET /count?key=t010-11"]
+--- error_code eval
+[204, 204, 200]
+--- response_body eval
+["", "", "1"]
+--- no_error_log
+[error]
+
+
+
+=== TEST 12: the key header reaches the upstream
+--- config
+    location /orders { idempotency main; proxy_pass http://backend; }
+--- more_headers
+Idempotency-Key: "t010 12"
+--- request
+POST /orders
+x
+--- error_code: 201
+--- response_body_like: "key":"\\"t010 12\\""
+--- no_error_log
+[error]
+
+
+
+=== TEST 13: quoted and bare spellings are one key
+--- config
+    location /orders {
+        idempotency main;
+        proxy_pass http://backend;
+        add_header X-Idem $idempotency_status always;
+        add_header X-Key $idempotency_key always;
+    }
+--- init
+system("curl -s -o /dev/null -X POST -H 'Idempotency-Key: t010-13' --data-binary x http://127.0.0.1:@{[port()]}/orders") == 0 or die "curl failed";
+--- more_headers
+Idempotency-Key: "t010-13"
+--- request
+POST /orders
+x
+--- error_code: 201
+--- response_headers
+X-Idem: replay
+X-Key: t010-13
+Idempotent-Replayed: true
+--- no_error_log
+[error]
+
+
+
+=== TEST 14: a PATCH is protected too
+--- config
+    location /orders { idempotency main; proxy_pass http://backend; }
+--- more_headers
+Idempotency-Key: t010-14
+--- request eval
+["PATCH /orders/1\nx", "PATCH /orders/1\nx"]
+--- error_code eval
+[200, 200]
+--- response_headers eval
+["!Idempotent-Replayed", "Idempotent-Replayed: true"]
+--- no_error_log
+[error]
+
+
+
+=== TEST 15: a body that spills to a temp file is fingerprinted and forwarded
+--- config
+    client_body_buffer_size 1k;
+    location /orders { idempotency main; proxy_pass http://backend; }
+--- more_headers
+Idempotency-Key: t010-15
+--- request eval
+["POST /orders\n" . ("a" x 50000), "POST /orders\n" . ("a" x 50000), "POST /orders\n" . ("a" x 49999) . "b"]
+--- error_code eval
+[201, 201, 422]
+--- response_body_like eval
+['"body_bytes":50000', '"body_bytes":50000', 'key-reused']
+--- no_error_log
+[error]

@@ -1,0 +1,100 @@
+# A duplicate that arrives while the first request is still upstream.
+
+use lib 't';
+use Test::Nginx::Socket 'no_plan';
+use IdemTest;
+
+no_shuffle();
+run_tests();
+
+__DATA__
+
+=== TEST 1: in flight: 409 with Retry-After, never a second execution
+--- config
+    location /orders {
+        idempotency main;
+        idempotency_lease 5s;
+        proxy_pass http://backend;
+        add_header X-Idem $idempotency_status always;
+    }
+--- init
+bg_request('POST', '/orders?delay=1500', 't030-1', 'x', 0.5);
+--- more_headers
+Idempotency-Key: t030-1
+--- request
+POST /orders?delay=1500
+x
+--- error_code: 409
+--- response_headers_like
+Retry-After: ^[1-5]$
+Content-Type: application/problem\+json
+X-Idem: conflict
+--- response_body_like: "type":"urn:ngx-idempotency:problem:request-in-progress".*"status":409
+--- no_error_log
+[error]
+
+
+
+=== TEST 2: afterwards the result is replayed and it ran once
+--- config
+    location /orders { idempotency main; proxy_pass http://backend; }
+    location = /count { proxy_pass http://backend/__count; }
+--- init
+bg_request('POST', '/orders?delay=1000', 't030-2', 'x', 0.3);
+sleep 2;
+--- more_headers
+Idempotency-Key: t030-2
+--- request eval
+["POST /orders?delay=1000\nx", "GET /count?key=t030-2"]
+--- error_code eval
+[201, 200]
+--- response_body_like eval
+['"execution":1', '^1$']
+--- response_headers eval
+["Idempotent-Replayed: true", ""]
+
+
+
+=== TEST 3: idempotency_wait holds the duplicate and replays the result
+--- config
+    location /orders {
+        idempotency main;
+        idempotency_wait 5s;
+        proxy_pass http://backend;
+        add_header X-Idem $idempotency_status always;
+    }
+    location = /count { proxy_pass http://backend/__count; }
+--- init
+bg_request('POST', '/orders?delay=1000', 't030-3', 'x', 0.3);
+--- more_headers
+Idempotency-Key: t030-3
+--- request eval
+["POST /orders?delay=1000\nx", "GET /count?key=t030-3"]
+--- error_code eval
+[201, 200]
+--- response_headers eval
+["Idempotent-Replayed: true\nX-Idem: replay", ""]
+--- response_body_like eval
+['"execution":1', '^1$']
+--- no_error_log
+[error]
+
+
+
+=== TEST 4: idempotency_wait ends before the first request: 409
+--- config
+    location /orders {
+        idempotency main;
+        idempotency_wait 300ms;
+        proxy_pass http://backend;
+    }
+--- init
+bg_request('POST', '/orders?delay=2000', 't030-4', 'x', 0.3);
+--- more_headers
+Idempotency-Key: t030-4
+--- request
+POST /orders?delay=2000
+x
+--- error_code: 409
+--- response_headers_like
+Retry-After: ^\d+$

@@ -1,0 +1,189 @@
+# Failures give the key back (a retry executes again); a response that is
+# too large to keep is executed once and never again.
+
+use lib 't';
+use Test::Nginx::Socket 'no_plan';
+use IdemTest;
+
+no_shuffle();
+
+add_block_preprocessor(sub {
+    my $block = shift;
+
+    if (!defined $block->config) {
+        $block->set_value('config', <<'CONF');
+    location /orders {
+        idempotency main;
+        proxy_pass http://backend;
+        proxy_read_timeout 1s;
+        add_header X-Idem $idempotency_status always;
+    }
+    location /down {
+        idempotency main;
+        proxy_pass http://127.0.0.1:1;
+    }
+    location = /count { proxy_pass http://backend/__count; }
+CONF
+    }
+});
+
+run_tests();
+
+__DATA__
+
+=== TEST 1: a 5xx releases the key: the retry executes again
+--- more_headers
+Idempotency-Key: t040-1
+--- request eval
+["POST /orders?status=503\nx", "POST /orders?status=503\nx", "GET /count?key=t040-1"]
+--- error_code eval
+[503, 503, 200]
+--- response_body_like eval
+['"execution":1', '"execution":2', '^2$']
+--- response_headers eval
+["X-Idem: new", "X-Idem: new", ""]
+--- no_error_log
+[error]
+
+
+
+=== TEST 2: idempotency_store_5xx on keeps the 5xx
+--- config
+    location /orders {
+        idempotency main;
+        idempotency_store_5xx on;
+        proxy_pass http://backend;
+    }
+    location = /count { proxy_pass http://backend/__count; }
+--- more_headers
+Idempotency-Key: t040-2
+--- request eval
+["POST /orders?status=500\nx", "POST /orders?status=500\nx", "GET /count?key=t040-2"]
+--- error_code eval
+[500, 500, 200]
+--- response_headers eval
+["!Idempotent-Replayed", "Idempotent-Replayed: true", ""]
+--- response_body_like eval
+['"execution":1', '"execution":1', '^1$']
+
+
+
+=== TEST 3: a 4xx is an answer: it is kept
+--- more_headers
+Idempotency-Key: t040-3
+--- request eval
+["POST /orders?status=409\nx", "POST /orders?status=409\nx", "GET /count?key=t040-3"]
+--- error_code eval
+[409, 409, 200]
+--- response_headers eval
+["!Idempotent-Replayed", "Idempotent-Replayed: true", ""]
+--- response_body_like eval
+['"execution":1', '"execution":1', '^1$']
+
+
+
+=== TEST 4: upstream refused: 502, the key is free again
+--- config
+    location /orders {
+        idempotency main;
+        proxy_pass http://127.0.0.1:1;
+        add_header X-Idem $idempotency_status always;
+    }
+--- more_headers
+Idempotency-Key: t040-4
+--- request eval
+["POST /orders\nx", "POST /orders\nx"]
+--- error_code eval
+[502, 502]
+--- response_headers eval
+["X-Idem: new", "X-Idem: new"]
+
+
+
+=== TEST 5: upstream timeout: 504, the retry executes again
+--- more_headers
+Idempotency-Key: t040-5
+--- request eval
+["POST /orders?delay=2000\nx", "POST /orders?delay=2000\nx"]
+--- error_code eval
+[504, 504]
+--- response_headers eval
+["X-Idem: new", "X-Idem: new"]
+--- timeout: 6
+
+
+
+=== TEST 6: upstream reset mid-body: the key is released, a retry executes
+--- init
+for (1 .. 2) {
+    system("curl -s -o /dev/null -X POST -H 'Idempotency-Key: t040-6' --data-binary x 'http://127.0.0.1:@{[port()]}/orders?reset=1'");
+    select(undef, undef, undef, 0.5);
+}
+--- request
+GET /count?key=t040-6
+--- error_code: 200
+--- response_body eval
+"2"
+
+
+
+=== TEST 7: a response shorter than its Content-Length is not stored
+--- config
+    location /orders {
+        idempotency main;
+        proxy_pass http://backend;
+        proxy_buffering off;
+    }
+    location = /count { proxy_pass http://backend/__count; }
+--- init
+for (1 .. 2) {
+    system("curl -s -o /dev/null -X POST -H 'Idempotency-Key: t040-7' --data-binary x 'http://127.0.0.1:@{[port()]}/orders?reset=1'");
+    select(undef, undef, undef, 0.5);
+}
+--- request
+GET /count?key=t040-7
+--- error_code: 200
+--- response_body eval
+"2"
+
+
+
+=== TEST 8: too large to store: streamed in full, never executed again
+--- config
+    location /orders {
+        idempotency main;
+        idempotency_max_response_size 10k;
+        proxy_pass http://backend;
+        add_header X-Idem $idempotency_status always;
+    }
+    location = /count { proxy_pass http://backend/__count; }
+--- more_headers
+Idempotency-Key: t040-8
+--- request eval
+["POST /orders?size=50000\nx", "POST /orders?size=50000\nx", "GET /count?key=t040-8"]
+--- error_code eval
+[201, 410, 200]
+--- response_body_like eval
+['^\x00\x01\x02', '"type":"urn:ngx-idempotency:problem:response-not-stored"', '^1$']
+--- response_headers eval
+["X-Idem: new\nContent-Length: 50000", "X-Idem: unstored\nContent-Type: application/problem+json", ""]
+--- no_error_log
+[error]
+
+
+
+=== TEST 9: too large to store: the log says so
+--- config
+    location /orders {
+        idempotency main;
+        idempotency_max_response_size 1k;
+        proxy_pass http://backend;
+    }
+--- more_headers
+Idempotency-Key: t040-9
+--- request
+POST /orders?size=5000
+x
+--- error_code: 201
+--- error_log
+exceeds idempotency_max_response_size, not stored

@@ -1,0 +1,75 @@
+# Keepalive, pipelining and HTTP/2.
+
+use lib 't';
+use Test::Nginx::Socket 'no_plan';
+use IdemTest;
+
+no_shuffle();
+
+add_block_preprocessor(sub {
+    my $block = shift;
+
+    if (!defined $block->config) {
+        $block->set_value('config', <<'CONF');
+    location /orders {
+        idempotency main;
+        proxy_pass http://backend;
+        add_header X-Idem $idempotency_status always;
+    }
+    location = /count { proxy_pass http://backend/__count; }
+CONF
+    }
+});
+
+run_tests();
+
+__DATA__
+
+=== TEST 1: pipelined first request and duplicate on one connection
+--- more_headers
+Idempotency-Key: t080-1
+--- pipelined_requests eval
+["POST /orders\nx", "POST /orders\nx", "GET /count?key=t080-1"]
+--- error_code eval
+[201, 201, 200]
+--- response_body_like eval
+['"execution":1', '"execution":1', '^1$']
+--- response_headers eval
+["X-Idem: new", "X-Idem: replay\nIdempotent-Replayed: true", ""]
+--- no_error_log
+[error]
+
+
+
+=== TEST 2: keepalive: several keys over one connection
+--- pipelined_requests eval
+["POST /orders?k=1\nx", "POST /orders?k=2\nx", "POST /orders?k=3\nx"]
+--- error_code eval
+[201, 201, 201]
+--- response_headers eval
+["X-Idem: bypass", "X-Idem: bypass", "X-Idem: bypass"]
+--- no_error_log
+[error]
+
+
+
+=== TEST 3: HTTP/2: first request and a byte-identical replay
+--- http_config eval
+IdemTest::store_config() . "server {\n listen 127.0.0.1:" . (IdemTest::port() + 1) . " http2;\n"
+. " location /orders { idempotency main; proxy_pass http://backend; }\n}\n"
+--- init
+my $port = port() + 1;
+my $o1 = `curl -s --http2-prior-knowledge -X POST -H 'Idempotency-Key: t080-3' --data-binary x -D - http://127.0.0.1:$port/orders`;
+my $o2 = `curl -s --http2-prior-knowledge -X POST -H 'Idempotency-Key: t080-3' --data-binary x -D - http://127.0.0.1:$port/orders`;
+$o1 =~ m{^HTTP/2 201} or die "h2 first: $o1";
+$o2 =~ m{^HTTP/2 201} && $o2 =~ /idempotent-replayed: true/i or die "h2 replay: $o2";
+(my $b1 = $o1) =~ s/.*?\r\n\r\n//s;
+(my $b2 = $o2) =~ s/.*?\r\n\r\n//s;
+$b1 eq $b2 && length $b1 or die "h2 bodies differ";
+--- request
+GET /count?key=t080-3
+--- error_code: 200
+--- response_body eval
+"1"
+--- no_error_log
+[error]

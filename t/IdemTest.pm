@@ -1,0 +1,97 @@
+package IdemTest;
+
+# Shared set-up for the module's Test::Nginx suite: the store and backend
+# configuration every block gets, and helpers that read or seed the real
+# MariaDB table the way the module does (same hash framing as
+# ngx_http_idempotency_key.c).
+
+use strict;
+use warnings;
+
+use Digest::SHA qw(sha256_hex);
+use Exporter 'import';
+use Test::Nginx::Socket ();
+
+our @EXPORT = qw(key_hash fingerprint sql bg_request store_config port);
+
+for my $v (qw(MYSQL_PORT MYSQL_USER MYSQL_PASSWORD MYSQL_DB BACKEND_PORT)) {
+    die "TEST_NGINX_$v is not set: run the suite with 'make test'\n"
+        unless defined $ENV{"TEST_NGINX_$v"};
+}
+
+sub store_config {
+    my (%p) = @_;
+    my $extra = join ' ', map { "$_=$p{$_}" } sort keys %p;
+
+    return "idempotency_store main mysql=127.0.0.1:\$TEST_NGINX_MYSQL_PORT"
+         . " user=\$TEST_NGINX_MYSQL_USER"
+         . " password=\$TEST_NGINX_MYSQL_PASSWORD"
+         . " database=\$TEST_NGINX_MYSQL_DB $extra;\n"
+         . "upstream backend { server 127.0.0.1:\$TEST_NGINX_BACKEND_PORT; }\n";
+}
+
+# every block gets the store and the backend unless it brings its own
+Test::Nginx::Socket::add_block_preprocessor(sub {
+    my $block = shift;
+
+    if (!defined $block->http_config) {
+        $block->set_value('http_config', store_config());
+    }
+});
+
+sub port {
+    return $ENV{TEST_NGINX_SERVER_PORT} || $ENV{TEST_NGINX_PORT} || 1984;
+}
+
+sub key_hash {
+    my ($scope, $key) = @_;
+
+    return sha256_hex('idempotency-key/1' . pack('N', length $scope)
+                      . $scope . $key);
+}
+
+sub fingerprint {
+    my ($method, $uri, $body) = @_;
+
+    return sha256_hex("idempotency-fp/1$method\0$uri\0" . ($body // ''));
+}
+
+sub sql {
+    my ($stmt) = @_;
+
+    my @cmd = ('mariadb', '--no-defaults', '--batch', '--skip-column-names',
+               '-h', '127.0.0.1', '-P', $ENV{TEST_NGINX_MYSQL_PORT},
+               '-u', $ENV{TEST_NGINX_MYSQL_USER},
+               "-p$ENV{TEST_NGINX_MYSQL_PASSWORD}",
+               $ENV{TEST_NGINX_MYSQL_DB}, '-e', $stmt);
+
+    open my $fh, '-|', @cmd or die "cannot run mariadb: $!";
+    local $/;
+    my $out = <$fh>;
+    close $fh or die "mariadb failed ($?): $stmt\n";
+
+    return $out // '';
+}
+
+# fires a request in the background (so a block's own request can race
+# it), then gives it a head start of $delay seconds
+sub bg_request {
+    my ($method, $uri, $key, $body, $delay) = @_;
+
+    my $pid = fork;
+    die "fork: $!" unless defined $pid;
+
+    if ($pid == 0) {
+        my $port = port();
+        exec 'curl', '-s', '-o', '/dev/null', '--max-time', '20',
+             '-X', $method, '-H', "Idempotency-Key: $key",
+             '--data-binary', $body // '', "http://127.0.0.1:$port$uri";
+        exit 1;
+    }
+
+    select(undef, undef, undef, $delay // 0.5);
+
+    return $pid;
+}
+
+1;
