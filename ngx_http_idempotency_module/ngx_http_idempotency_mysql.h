@@ -51,8 +51,9 @@ struct ngx_http_idempotency_op_s {
     uint64_t                              affected_rows; /* 1st statement */
     ngx_uint_t                            nrows;    /* last result set */
     ngx_uint_t                            nfields;
-    ngx_str_t                             fields[NGX_HTTP_IDEMPOTENCY_MAX_FIELDS];
-                                          /* 1st row; data NULL for NULL */
+
+    /* the first row; data is NULL for an SQL NULL */
+    ngx_str_t                    fields[NGX_HTTP_IDEMPOTENCY_MAX_FIELDS];
 
     /* set by the handler to keep op->pool (and so fields[]) alive; the
      * handler then owns it and must destroy it */

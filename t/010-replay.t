@@ -294,3 +294,80 @@ Idempotency-Key: t010-15
 ['"body_bytes":50000', '"body_bytes":50000', 'key-reused']
 --- no_error_log
 [error]
+
+
+
+=== TEST 16: a first request costs two store round trips: claim, complete
+--- config
+    location /orders { idempotency main; proxy_pass http://backend; }
+--- more_headers
+Idempotency-Key: t010-16
+--- request
+POST /orders
+x
+--- error_code: 201
+--- grep_error_log eval
+qr/idempotency mysql \w+ start/
+--- grep_error_log_out
+idempotency mysql claim start
+idempotency mysql complete start
+
+
+
+=== TEST 17: a duplicate costs one, and replays a record stored by others
+--- config
+    location /orders { idempotency main; proxy_pass http://backend; }
+--- init
+my $kh = key_hash('', 't010-17');
+my $fp = fingerprint('POST', '/orders', 'x');
+my $rec = unpack('H*', record(202, [['Content-Type', 'text/x-seeded'],
+                                    ['X-Seed', 'a'], ['X-Seed', 'b']],
+                              "seeded\0body\n"));
+sql("INSERT INTO idempotency_keys (key_hash, state, owner, fingerprint,"
+    . " created_at, lease_until, expires_at, status, response) VALUES"
+    . " (X'$kh', 1, X'00000000000000000000000000000002', X'$fp',"
+    . " UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3) + INTERVAL 1 HOUR,"
+    . " 202, X'$rec')");
+--- more_headers
+Idempotency-Key: t010-17
+--- request
+POST /orders
+x
+--- error_code: 202
+--- response_headers
+Content-Type: text/x-seeded
+Idempotent-Replayed: true
+Content-Length: 12
+--- raw_response_headers_like: X-Seed: a\r\nX-Seed: b\r\n
+--- response_body eval
+"seeded\0body\n"
+--- grep_error_log eval
+qr/idempotency mysql \w+ start/
+--- grep_error_log_out
+idempotency mysql claim start
+--- no_error_log
+[error]
+
+
+
+=== TEST 18: a malformed stored record is never replayed nor re-executed
+--- config
+    location /orders { idempotency main; proxy_pass http://backend; }
+    location = /count { proxy_pass http://backend/__count; }
+--- init
+my $kh = key_hash('', 't010-18');
+my $fp = fingerprint('POST', '/orders', 'x');
+sql("INSERT INTO idempotency_keys (key_hash, state, owner, fingerprint,"
+    . " created_at, lease_until, expires_at, status, response) VALUES"
+    . " (X'$kh', 1, X'00000000000000000000000000000002', X'$fp',"
+    . " UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3) + INTERVAL 1 HOUR,"
+    . " 200, 'IDR2garbage')");
+--- more_headers
+Idempotency-Key: t010-18
+--- request
+POST /orders
+x
+--- error_code: 503
+--- response_body_like: store-unavailable
+--- error_log
+stored response of key "t010-18" is malformed

@@ -191,3 +191,44 @@ Idempotency-Key: t060-7
 [201, 201]
 --- response_headers eval
 ["X-Idem: new", "X-Idem: replay"]
+
+
+
+=== TEST 8: the store comes back: the module recovers by itself
+--- http_config
+    idempotency_store flaky mysql=127.0.0.1:3399 user=$TEST_NGINX_MYSQL_USER password=$TEST_NGINX_MYSQL_PASSWORD database=$TEST_NGINX_MYSQL_DB;
+    upstream backend { server 127.0.0.1:$TEST_NGINX_BACKEND_PORT; }
+--- config
+    location /orders {
+        idempotency flaky;
+        proxy_pass http://backend;
+        add_header X-Idem $idempotency_status always;
+    }
+--- init
+my $code = `curl -s -o /dev/null -w '%{http_code}' -X POST -H 'Idempotency-Key: t060-8' --data-binary x http://127.0.0.1:@{[port()]}/orders`;
+$code eq '503' or die "with the store away: $code";
+$main::proxy = tcp_proxy(3399, $ENV{TEST_NGINX_MYSQL_PORT});
+select(undef, undef, undef, 0.6);
+--- more_headers
+Idempotency-Key: t060-8
+--- request
+POST /orders
+x
+--- error_code: 201
+--- response_headers
+X-Idem: new
+--- error_log
+reachable again
+
+
+
+=== TEST 9: stop the relay of the previous test
+--- init
+kill 'TERM', $main::proxy if $main::proxy;
+waitpid($main::proxy, 0) if $main::proxy;
+--- config
+    location /t { return 200 "ok\n"; }
+--- request
+GET /t
+--- response_body
+ok

@@ -12,7 +12,8 @@ use Digest::SHA qw(sha256_hex);
 use Exporter 'import';
 use Test::Nginx::Socket ();
 
-our @EXPORT = qw(key_hash fingerprint sql bg_request store_config port);
+our @EXPORT = qw(key_hash fingerprint sql bg_request store_config port
+                 record tcp_proxy);
 
 for my $v (qw(MYSQL_PORT MYSQL_USER MYSQL_PASSWORD MYSQL_DB BACKEND_PORT)) {
     die "TEST_NGINX_$v is not set: run the suite with 'make test'\n"
@@ -71,6 +72,75 @@ sub sql {
     close $fh or die "mariadb failed ($?): $stmt\n";
 
     return $out // '';
+}
+
+# a stored response record, format 1 (ngx_http_idempotency_record.h),
+# built independently of the module's encoder
+sub record {
+    my ($status, $headers, $body) = @_;
+
+    my $r = 'IDR1' . pack('nn', $status, scalar @$headers);
+
+    for my $h (@$headers) {
+        $r .= pack('n', length $h->[0]) . $h->[0]
+              . pack('N', length $h->[1]) . $h->[1];
+    }
+
+    return $r . pack('N', length $body) . $body;
+}
+
+# a TCP relay from 127.0.0.1:$listen to 127.0.0.1:$target in a child
+# process, so a test can cut a store off and bring it back; returns the
+# pid (kill it to cut)
+sub tcp_proxy {
+    my ($listen, $target) = @_;
+
+    require IO::Socket::INET;
+    require IO::Select;
+
+    my $srv = IO::Socket::INET->new(LocalAddr => '127.0.0.1',
+                                    LocalPort => $listen, Listen => 64,
+                                    ReuseAddr => 1)
+        or die "tcp_proxy: listen $listen: $!";
+
+    my $pid = fork;
+    die "fork: $!" unless defined $pid;
+
+    if ($pid) {
+        close $srv;
+        return $pid;
+    }
+
+    my $sel = IO::Select->new($srv);
+    my %peer;
+
+    while (1) {
+        for my $fh ($sel->can_read(1)) {
+            if ($fh == $srv) {
+                my $c = $srv->accept or next;
+                my $u = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
+                                              PeerPort => $target)
+                    or do { close $c; next };
+                $peer{$c} = $u;
+                $peer{$u} = $c;
+                $sel->add($c, $u);
+                next;
+            }
+
+            my $n = sysread($fh, my $buf, 65536);
+            my $other = $peer{$fh};
+
+            if (!$n) {
+                $sel->remove($fh, $other);
+                delete @peer{$fh, $other};
+                close $fh;
+                close $other;
+                next;
+            }
+
+            syswrite($other, $buf);
+        }
+    }
 }
 
 # fires a request in the background (so a block's own request can race
