@@ -102,6 +102,11 @@ ngx_http_idempotency_problem(ngx_http_request_t *r,
     b->last_in_chain = 1;
 
     r->headers_out.status = p->status;
+
+    if (p->status == 422) {
+        /* nginx 1.22 has no reason phrase of its own for 422 */
+        ngx_str_set(&r->headers_out.status_line, "422 Unprocessable Content");
+    }
     r->headers_out.content_length_n = b->last - b->pos;
     ngx_str_set(&r->headers_out.content_type, "application/problem+json");
     r->headers_out.content_type_len = r->headers_out.content_type.len;

@@ -41,9 +41,18 @@ ngx_http_idempotency_record_head(ngx_http_request_t *r, ngx_pool_t *pool,
     ngx_table_elt_t  *h;
 
     static ngx_str_t  content_type = ngx_string("Content-Type");
+    static ngx_str_t  status_line = ngx_string(":status");
 
     len = sizeof(NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC) - 1 + 2 + 2;
     n = 0;
+
+    /* the upstream's own status line ("422 Unprocessable Entity"), kept
+     * as a pseudo-header no HTTP/1 upstream can send */
+
+    if (r->headers_out.status_line.len) {
+        len += 2 + status_line.len + 4 + r->headers_out.status_line.len;
+        n++;
+    }
 
     ctlen = 0;
 
@@ -99,6 +108,14 @@ ngx_http_idempotency_record_head(ngx_http_request_t *r, ngx_pool_t *pool,
                    sizeof(NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC) - 1);
     p = ngx_http_idempotency_put16(p, r->headers_out.status);
     p = ngx_http_idempotency_put16(p, n);
+
+    if (r->headers_out.status_line.len) {
+        p = ngx_http_idempotency_put16(p, status_line.len);
+        p = ngx_cpymem(p, status_line.data, status_line.len);
+        p = ngx_http_idempotency_put32(p, r->headers_out.status_line.len);
+        p = ngx_cpymem(p, r->headers_out.status_line.data,
+                       r->headers_out.status_line.len);
+    }
 
     /* the same Content-Type line the header filter would write */
 
@@ -250,6 +267,13 @@ ngx_http_idempotency_record_apply(ngx_http_request_t *r,
     kv = rec->headers.elts;
 
     for (i = 0; i < rec->headers.nelts; i++) {
+
+        if (kv[i].key.len == sizeof(":status") - 1
+            && ngx_strncmp(kv[i].key.data, ":status", kv[i].key.len) == 0)
+        {
+            r->headers_out.status_line = kv[i].value;
+            continue;
+        }
 
         if (kv[i].key.len == sizeof("Content-Type") - 1
             && ngx_strncasecmp(kv[i].key.data, (u_char *) "Content-Type",

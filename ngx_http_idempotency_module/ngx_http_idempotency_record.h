@@ -8,7 +8,8 @@
  *     n times: u16 name length, name, u32 value length, value
  *     u32 body length, body
  *
- * The header block is made when the response headers pass; the body
+ * A header named ":status" carries the upstream's status line, if it had
+ * one.  The header block is made when the response headers pass; the body
  * length and the body are appended when the last byte has passed.
  */
 

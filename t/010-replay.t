@@ -371,3 +371,21 @@ x
 --- response_body_like: store-unavailable
 --- error_log
 stored response of key "t010-18" is malformed
+
+
+
+=== TEST 19: the upstream's own status line is replayed too
+--- config
+    location /orders { idempotency main; proxy_pass http://backend; }
+--- more_headers
+Idempotency-Key: t010-19
+--- request eval
+["POST /orders?status=422\nx", "POST /orders?status=422\nx"]
+--- error_code eval
+[422, 422]
+--- raw_response_headers_like eval
+["^HTTP/1.1 422 Unprocessable Entity\r\n", "^HTTP/1.1 422 Unprocessable Entity\r\n"]
+--- response_headers eval
+["!Idempotent-Replayed", "Idempotent-Replayed: true"]
+--- no_error_log
+[error]
