@@ -143,6 +143,20 @@ sub tcp_proxy {
     }
 }
 
+# The real Test::Nginx evaluates "--- init" code in package
+# Test::Nginx::Util, our runner in main: make the helpers callable there
+# too, so the same .t files work under both.
+sub import {
+    my $class = shift;
+
+    __PACKAGE__->export_to_level(1, $class, @EXPORT);
+
+    no strict 'refs';
+    for my $f (@EXPORT) {
+        *{"Test::Nginx::Util::$f"} = \&{$f};
+    }
+}
+
 # fires a request in the background (so a block's own request can race
 # it), then gives it a head start of $delay seconds
 sub bg_request {
