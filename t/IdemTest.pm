@@ -9,7 +9,8 @@ use strict;
 use warnings;
 
 use Digest::SHA qw(sha256_hex);
-use Exporter 'import';
+use Exporter ();
+our @ISA = ('Exporter');
 use Test::Nginx::Socket ();
 
 our @EXPORT = qw(key_hash fingerprint sql bg_request store_config port
