@@ -13,9 +13,11 @@
 #include "ngx_http_idempotency_filter.h"
 #include "ngx_http_idempotency_handler.h"
 #include "ngx_http_idempotency_sql.h"
+#include "ngx_http_idempotency_tier.h"
 
 
-#define NGX_HTTP_IDEMPOTENCY_COMPLETE_TRIES  8
+/* completion writes are retried this long, at least twice the lease */
+#define NGX_HTTP_IDEMPOTENCY_COMPLETE_TIME   60000
 
 
 /* one completion write and its retries */
@@ -25,7 +27,19 @@ typedef struct {
     ngx_str_t                       sql;
     ngx_str_t                       key;
     ngx_uint_t                      tries;
+    ngx_msec_t                      deadline;
     ngx_event_t                     retry;
+
+    /* for the replay tiers once the row is completed: the record is
+     * head, body length, body (all in pool); head.len 0: not stored */
+    ngx_http_idempotency_store_t   *store;
+    ngx_str_t                       head;
+    ngx_chain_t                    *body;
+    size_t                          body_len;
+    time_t                          expires;
+    u_char                          body_len_be[4];
+    u_char                    key_hash[NGX_HTTP_IDEMPOTENCY_HASH_LEN];
+    u_char                    fingerprint[NGX_HTTP_IDEMPOTENCY_HASH_LEN];
 } ngx_http_idempotency_job_t;
 
 
@@ -37,6 +51,7 @@ static ngx_int_t ngx_http_idempotency_capture(ngx_http_idempotency_ctx_t *ctx,
 static void ngx_http_idempotency_complete(ngx_http_idempotency_ctx_t *ctx);
 static void ngx_http_idempotency_job_run(ngx_event_t *ev);
 static void ngx_http_idempotency_job_done(ngx_http_idempotency_op_t *op);
+static void ngx_http_idempotency_job_tiers(ngx_http_idempotency_job_t *job);
 
 
 static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
@@ -255,6 +270,23 @@ ngx_http_idempotency_capture(ngx_http_idempotency_ctx_t *ctx, u_char *data,
 }
 
 
+void
+ngx_http_idempotency_abandon(ngx_http_idempotency_ctx_t *ctx)
+{
+    ngx_log_error(NGX_LOG_INFO, ctx->request->connection->log, 0,
+                  "idempotency: client closed the connection during the "
+                  "response of key \"%V\": recorded as executed, not stored",
+                  &ctx->key);
+
+    ctx->too_large = 1;
+    ctx->body = NULL;
+    ctx->tail = NULL;
+    ctx->expect_len = -1;
+
+    ngx_http_idempotency_complete(ctx);
+}
+
+
 static void
 ngx_http_idempotency_complete(ngx_http_idempotency_ctx_t *ctx)
 {
@@ -283,6 +315,26 @@ ngx_http_idempotency_complete(ngx_http_idempotency_ctx_t *ctx)
 
     job->pool = pool;
     job->shard = ctx->shard;
+    job->deadline = ngx_current_msec
+                    + ngx_max(2 * ctx->conf->lease,
+                              NGX_HTTP_IDEMPOTENCY_COMPLETE_TIME);
+
+    job->store = ctx->conf->store;
+    job->expires = ctx->expires;
+    ngx_memcpy(job->key_hash, ctx->key_hash, NGX_HTTP_IDEMPOTENCY_HASH_LEN);
+
+    /* the row's fingerprint: zeros when fingerprints are not compared */
+
+    if (ctx->conf->fingerprint) {
+        ngx_memcpy(job->fingerprint, ctx->fingerprint,
+                   NGX_HTTP_IDEMPOTENCY_HASH_LEN);
+    }
+
+    if (!ctx->too_large) {
+        job->head = ctx->head;
+        job->body = ctx->body;
+        job->body_len = ctx->body_len;
+    }
 
     job->key.data = ngx_pstrdup(pool, &ctx->key);
     job->key.len = ctx->key.len;
@@ -354,30 +406,35 @@ ngx_http_idempotency_job_done(ngx_http_idempotency_op_t *op)
                           "key \"%V\" not stored: the key is no longer "
                           "held by its request (lease lost)",
                           &shard->store->name, &shard->name, &job->key);
+
+        } else {
+            ngx_http_idempotency_job_tiers(job);
         }
 
         ngx_destroy_pool(job->pool);
         return;
     }
 
-    /* the UPDATE is conditional on the owner token: running it again is
-     * harmless, so anything but a server's verdict on it is retried
-     * (client-side errors 2000-2999 are lost connections and the like) */
+    /*
+     * The UPDATE is conditional on the owner token: running it again is
+     * harmless, so every failure (a lost connection, KILL QUERY, a lock
+     * wait timeout, the store away) is retried.  The interval stays short
+     * so that a store that comes back before the lease ends gets the
+     * write before a duplicate can take the key over.
+     */
 
-    if (job->tries < NGX_HTTP_IDEMPOTENCY_COMPLETE_TRIES
-        && (op->rc != NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR
-            || (op->err >= 2000 && op->err < 3000)))
-    {
+    if ((ngx_msec_int_t) (job->deadline - ngx_current_msec) > 0) {
         ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
                       "idempotency store \"%V\" mysql=%V: storing the "
                       "response of key \"%V\" failed (%ui%s%V), retrying",
                       &shard->store->name, &shard->name, &job->key, op->rc,
-                      op->err ? ": " : "", &op->err_text);
+                      op->err_text.len ? ": " : "", &op->err_text);
 
-        /* 250 ms, doubling: about a minute over all tries; the timer is
-         * not cancelable, so a graceful shutdown waits for the write */
+        /* 250 ms doubling up to 1 s; the timer is not cancelable, so a
+         * graceful shutdown waits for the write */
 
-        ngx_add_timer(&job->retry, (ngx_msec_t) 250 << (job->tries - 1));
+        ngx_add_timer(&job->retry,
+                      job->tries > 2 ? 1000 : 250 << (job->tries - 1));
         return;
     }
 
@@ -386,7 +443,46 @@ ngx_http_idempotency_job_done(ngx_http_idempotency_op_t *op)
                   "could not be stored (%ui%s%V): the key stays in "
                   "progress and a retry after its lease executes it again",
                   &shard->store->name, &shard->name, &job->key, op->rc,
-                  op->err ? ": " : "", &op->err_text);
+                  op->err_text.len ? ": " : "", &op->err_text);
 
     ngx_destroy_pool(job->pool);
+}
+
+
+/*
+ * The row is completed now, and never changes again within its
+ * retention: the tiers may serve it, and the duplicates this worker
+ * holds may look again at once.
+ */
+
+static void
+ngx_http_idempotency_job_tiers(ngx_http_idempotency_job_t *job)
+{
+    ngx_buf_t    hb, lb;
+    ngx_chain_t  hcl, lcl;
+
+    if (job->head.len) {
+        ngx_memzero(&hb, sizeof(ngx_buf_t));
+        hb.pos = job->head.data;
+        hb.last = job->head.data + job->head.len;
+
+        ngx_http_idempotency_record_body_len(job->body_len_be, job->body_len);
+
+        ngx_memzero(&lb, sizeof(ngx_buf_t));
+        lb.pos = job->body_len_be;
+        lb.last = job->body_len_be + sizeof(job->body_len_be);
+
+        hcl.buf = &hb;
+        hcl.next = &lcl;
+        lcl.buf = &lb;
+        lcl.next = job->body;
+
+        ngx_http_idempotency_tier_put(job->store, job->key_hash,
+                                      NGX_HTTP_IDEMPOTENCY_ENTRY_FP,
+                                      job->fingerprint, job->expires, &hcl,
+                                      job->head.len + sizeof(job->body_len_be)
+                                      + job->body_len);
+    }
+
+    ngx_http_idempotency_tier_wake(job->store, job->key_hash);
 }

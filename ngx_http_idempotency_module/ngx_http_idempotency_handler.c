@@ -17,6 +17,8 @@
 #include "ngx_http_idempotency_key.h"
 #include "ngx_http_idempotency_problem.h"
 #include "ngx_http_idempotency_sql.h"
+#include "ngx_http_idempotency_tier.h"
+#include "ngx_http_idempotency_cache.h"
 
 
 /* what an orphaned claim needs to give the key back */
@@ -35,6 +37,8 @@ static ngx_int_t ngx_http_idempotency_claim(ngx_http_request_t *r,
 static void ngx_http_idempotency_claim_done(ngx_http_idempotency_op_t *op);
 static ngx_int_t ngx_http_idempotency_verdict(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op);
+static void ngx_http_idempotency_entry_verdict(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx);
 static void ngx_http_idempotency_store_failed(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op);
 static void ngx_http_idempotency_resolve(ngx_http_request_t *r,
@@ -239,8 +243,30 @@ static ngx_int_t
 ngx_http_idempotency_claim(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx)
 {
+    ngx_int_t                      rc;
     ngx_http_idempotency_op_t     *op;
     ngx_http_idempotency_claim_t   cl;
+
+    if (!ctx->looked_up) {
+
+        /* a completed key is replayed from a tier without MySQL */
+
+        ctx->looked_up = 1;
+
+        rc = ngx_http_idempotency_tier_lookup(ctx);
+
+        if (rc == NGX_OK) {
+            ngx_http_idempotency_entry_verdict(r, ctx);
+            ngx_http_idempotency_resume(r);
+            return NGX_OK;
+        }
+
+        if (rc == NGX_AGAIN) {
+            ctx->phase = NGX_HTTP_IDEMPOTENCY_PH_CLAIM;
+            r->read_event_handler = ngx_http_test_reading;
+            return NGX_OK;
+        }
+    }
 
     cl.key_hash = ctx->key_hash;
     cl.owner = ctx->token;
@@ -288,15 +314,20 @@ ngx_http_idempotency_claim_done(ngx_http_idempotency_op_t *op)
             return;
         }
 
-    } else if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR
-               && op->err == 1213
-               && ctx->tries < 3)
+    } else if (ctx->tries < 3
+               && ((op->rc == NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR
+                    && op->err == 1213)
+                   || (op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK
+                       && op->nrows == 0)))
     {
-        /* a Galera node lost a cross-node race at commit: the key is
-         * someone else's, and claiming again reads their row */
+        /*
+         * A Galera node lost a cross-node race at commit (1213), or the
+         * owner's release deleted the row between our INSERT and SELECT:
+         * either way claiming again reads (or wins) the current row.
+         */
 
         ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                       "idempotency: claim deadlock, claiming again");
+                       "idempotency: claim lost a race, claiming again");
 
         if (ngx_http_idempotency_claim(r, ctx) == NGX_OK) {
             return;
@@ -317,16 +348,24 @@ static ngx_int_t
 ngx_http_idempotency_verdict(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op)
 {
-    ngx_int_t                         state, lease_ms, take;
+    ngx_int_t                         state, lease_ms, take, ttl_s;
+    ngx_buf_t                         b;
     ngx_msec_t                        delay;
     ngx_str_t                        *f;
+    ngx_chain_t                       cl;
     ngx_http_idempotency_loc_conf_t  *ilcf;
+    ngx_http_idempotency_counters_t  *counters;
 
     ilcf = ctx->conf;
     f = op->fields;
 
     state = ngx_http_idempotency_atoi(&f[NGX_HTTP_IDEMPOTENCY_F_STATE]);
     lease_ms = ngx_http_idempotency_atoi(&f[NGX_HTTP_IDEMPOTENCY_F_LEASE_MS]);
+
+    /* the retention left, by the database's clock, in whole seconds */
+    ttl_s = ngx_http_idempotency_atoi(&f[NGX_HTTP_IDEMPOTENCY_F_TTL_S]);
+
+    ctx->tier = NGX_HTTP_IDEMPOTENCY_TIER_MYSQL;
 
     if (ngx_http_idempotency_atoi(&f[NGX_HTTP_IDEMPOTENCY_F_MINE]) == 1) {
 
@@ -335,6 +374,9 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
         take = ngx_http_idempotency_atoi(&f[NGX_HTTP_IDEMPOTENCY_F_TAKE]);
 
         ctx->owner = 1;
+
+        /* the tiers keep the response as long as the row keeps the key */
+        ctx->expires = ngx_time() + ngx_max(ttl_s, 0);
 
         ngx_http_idempotency_resolve(r, ctx,
                            NGX_HTTP_IDEMPOTENCY_OUT_FORWARD,
@@ -395,6 +437,28 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
             return NGX_OK;
         }
 
+        /*
+         * later duplicates are served by the tiers; the row's fingerprint
+         * is known only if this request compared it (and it matched)
+         */
+
+        if (ttl_s > 0) {
+            ngx_memzero(&b, sizeof(ngx_buf_t));
+            b.pos = f->data;
+            b.last = f->data + f->len;
+            cl.buf = &b;
+            cl.next = NULL;
+
+            ngx_http_idempotency_tier_put(ilcf->store, ctx->key_hash,
+                                          ilcf->fingerprint
+                                          ? NGX_HTTP_IDEMPOTENCY_ENTRY_FP : 0,
+                                          ctx->fingerprint,
+                                          ngx_time() + ttl_s, &cl, f->len);
+        }
+
+        counters = ngx_http_idempotency_counters(ilcf->store);
+        ngx_http_idempotency_count(counters, mysql_replays);
+
         ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_REPLAY,
                                      NGX_HTTP_IDEMPOTENCY_REPLAY);
         return NGX_OK;
@@ -421,7 +485,10 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
         ctx->wait_ev.handler = ngx_http_idempotency_wait_handler;
         ctx->wait_ev.data = ctx;
         ctx->wait_ev.log = r->connection->log;
-        ngx_add_timer(&ctx->wait_ev, delay);
+
+        /* woken by a completion in this worker, looks into the cache
+         * zone meanwhile, polls MySQL in delay ms */
+        ngx_http_idempotency_tier_hold(ctx, delay);
 
         return NGX_AGAIN;
     }
@@ -436,6 +503,57 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
     ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
                                  NGX_HTTP_IDEMPOTENCY_CONFLICT);
     return NGX_OK;
+}
+
+
+/*
+ * A tier had the completed response: the same verdict MySQL would give
+ * for a completed row, fingerprint first.
+ */
+
+static void
+ngx_http_idempotency_entry_verdict(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx)
+{
+    if (ctx->conf->fingerprint
+        && ngx_memcmp(ctx->entry.fingerprint, ctx->fingerprint,
+                      NGX_HTTP_IDEMPOTENCY_HASH_LEN)
+           != 0)
+    {
+        ctx->problem = NGX_HTTP_IDEMPOTENCY_P_MISMATCH;
+        ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
+                                     NGX_HTTP_IDEMPOTENCY_MISMATCH);
+        return;
+    }
+
+    ctx->record = ctx->entry.record;
+
+    ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_REPLAY,
+                                 NGX_HTTP_IDEMPOTENCY_REPLAY);
+}
+
+
+void
+ngx_http_idempotency_lookup_done(ngx_http_idempotency_ctx_t *ctx,
+    ngx_int_t rc)
+{
+    ngx_http_request_t  *r;
+
+    r = ctx->request;
+
+    if (rc == NGX_OK) {
+        ngx_http_idempotency_entry_verdict(r, ctx);
+        ngx_http_idempotency_resume(r);
+        return;
+    }
+
+    /* no tier could answer: MySQL decides */
+
+    if (ngx_http_idempotency_claim(r, ctx) != NGX_OK) {
+        ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_ERROR,
+                                     NGX_HTTP_IDEMPOTENCY_ERROR);
+        ngx_http_idempotency_resume(r);
+    }
 }
 
 
@@ -482,8 +600,8 @@ ngx_http_idempotency_store_failed(ngx_http_request_t *r,
                   "idempotency store \"%V\" mysql=%V: claim of key \"%V\" "
                   "failed: %s%s%*s%s, %s",
                   &ilcf->store->name, &ctx->shard->name, &ctx->key, what,
-                  op->err ? " (" : "", op->err_text.len, op->err_text.data,
-                  op->err ? ")" : "",
+                  op->err_text.len ? " (" : "", op->err_text.len,
+                  op->err_text.data, op->err_text.len ? ")" : "",
                   ilcf->on_store_error == NGX_HTTP_IDEMPOTENCY_STORE_PASS
                   ? "passing the request unprotected"
                   : "rejecting the request");
@@ -651,11 +769,25 @@ ngx_http_idempotency_replay(ngx_http_request_t *r,
 static void
 ngx_http_idempotency_wait_handler(ngx_event_t *ev)
 {
+    ngx_int_t                    rc;
     ngx_http_request_t          *r;
     ngx_http_idempotency_ctx_t  *ctx;
 
     ctx = ev->data;
     r = ctx->request;
+
+    rc = ngx_http_idempotency_tier_held(ctx);
+
+    if (rc == NGX_OK) {
+        /* the owner completed in this nginx: the cache zone has it */
+        ngx_http_idempotency_entry_verdict(r, ctx);
+        ngx_http_idempotency_resume(r);
+        return;
+    }
+
+    if (rc == NGX_AGAIN) {
+        return;
+    }
 
     if (ngx_http_idempotency_claim(r, ctx) != NGX_OK) {
         ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_ERROR,
@@ -803,6 +935,9 @@ ngx_http_idempotency_cleanup(void *data)
         ngx_delete_posted_event(&ctx->resume_ev);
     }
 
+    /* a Redis lookup in flight, the waiter list, a posted wakeup */
+    ngx_http_idempotency_tier_cleanup(ctx);
+
     if (ctx->renew_op) {
         ngx_http_idempotency_op_detach(ctx->renew_op);
         ctx->renew_op = NULL;
@@ -830,6 +965,28 @@ ngx_http_idempotency_cleanup(void *data)
         }
 
         ctx->op = NULL;
+    }
+
+    if (ctx->owner && ctx->request->connection->error) {
+
+        /*
+         * The client went away while the upstream worked, and nginx cut
+         * the upstream off: whether it executed is unknown.  A known
+         * status is recorded as executed-not-stored; otherwise the key
+         * stays in progress, unrenewed, until its lease ends (as when an
+         * owner dies).  Releasing it would invite a second execution.
+         */
+
+        if (ctx->capturing) {
+            ngx_http_idempotency_abandon(ctx);
+
+        } else {
+            ngx_log_error(NGX_LOG_INFO, ctx->request->connection->log, 0,
+                          "idempotency: client closed the connection while "
+                          "key \"%V\" was upstream: the key stays in "
+                          "progress until its lease ends", &ctx->key);
+            ngx_http_idempotency_handed_over(ctx);
+        }
     }
 
     ngx_http_idempotency_release(ctx, "request ended before its response "

@@ -13,6 +13,8 @@
 #include "ngx_http_idempotency_module.h"
 #include "ngx_http_idempotency_mysql.h"
 #include "ngx_http_idempotency_record.h"
+#include "ngx_http_idempotency_entry.h"
+#include "ngx_http_idempotency_redis.h"
 
 
 /* ctx->phase */
@@ -53,6 +55,14 @@ typedef struct {
     ngx_pool_t                        *replay_pool;
     ngx_http_idempotency_record_t      record;
 
+    /* replay tiers (tier.h) */
+    ngx_uint_t                         tier;       /* $idempotency_tier */
+    time_t                             expires;    /* owner: retention */
+    ngx_http_idempotency_redis_op_t   *redis_op;   /* lookup in flight */
+    ngx_http_idempotency_entry_t       entry;      /* tier hit */
+    ngx_queue_t                        waiter;     /* held duplicate */
+    ngx_msec_t                         poll_at;    /* held: next poll */
+
     /* capture of the response, in memory the module owns */
     ngx_pool_t                        *capture;
     ngx_str_t                          head;
@@ -66,6 +76,9 @@ typedef struct {
     unsigned                           capturing:1;
     unsigned                           capture_seen:1;
     unsigned                           too_large:1;
+    unsigned                           looked_up:1; /* tiers asked */
+    unsigned                           held:1;     /* in the waiter list */
+    unsigned                           woken:1;    /* by the owner's end */
 
     u_char                key_hash[NGX_HTTP_IDEMPOTENCY_HASH_LEN];
     u_char                fingerprint[NGX_HTTP_IDEMPOTENCY_HASH_LEN];
@@ -83,8 +96,15 @@ ngx_http_idempotency_ctx_t *ngx_http_idempotency_get_ctx(
 void ngx_http_idempotency_release(ngx_http_idempotency_ctx_t *ctx,
     const char *why);
 
+/* the client left mid-response: record the key as executed, not stored */
+void ngx_http_idempotency_abandon(ngx_http_idempotency_ctx_t *ctx);
+
 /* the claim is handed to a completion write: stop renewing the lease */
 void ngx_http_idempotency_handed_over(ngx_http_idempotency_ctx_t *ctx);
+
+/* the Redis lookup ended: rc NGX_OK, ctx->entry holds the response */
+void ngx_http_idempotency_lookup_done(ngx_http_idempotency_ctx_t *ctx,
+    ngx_int_t rc);
 
 /* the shard a key hash lives on */
 ngx_http_idempotency_shard_t *ngx_http_idempotency_shard(

@@ -8,6 +8,9 @@
 #include "ngx_http_idempotency_filter.h"
 #include "ngx_http_idempotency_handler.h"
 #include "ngx_http_idempotency_mysql.h"
+#include "ngx_http_idempotency_redis.h"
+#include "ngx_http_idempotency_cache.h"
+#include "ngx_http_idempotency_tier.h"
 
 
 #define NGX_HTTP_IDEMPOTENCY_MAX_RESPONSE  (256 * 1024 * 1024)
@@ -21,6 +24,8 @@ static char *ngx_http_idempotency_store_block(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
 static ngx_int_t ngx_http_idempotency_cstr(ngx_pool_t *pool, ngx_str_t *s);
 static ngx_int_t ngx_http_idempotency_parse_addr(ngx_conf_t *cf,
+    ngx_http_idempotency_store_t *store, ngx_str_t *addr);
+static ngx_int_t ngx_http_idempotency_parse_redis(ngx_conf_t *cf,
     ngx_http_idempotency_store_t *store, ngx_str_t *addr);
 static ngx_http_idempotency_store_t *ngx_http_idempotency_find_store(
     ngx_conf_t *cf, ngx_str_t *name);
@@ -45,6 +50,8 @@ static ngx_int_t ngx_http_idempotency_add_variables(ngx_conf_t *cf);
 static ngx_int_t ngx_http_idempotency_status_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
 static ngx_int_t ngx_http_idempotency_key_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
+static ngx_int_t ngx_http_idempotency_tier_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
 
 static void *ngx_http_idempotency_create_main_conf(ngx_conf_t *cf);
@@ -207,6 +214,10 @@ static ngx_http_variable_t  ngx_http_idempotency_vars[] = {
       ngx_http_idempotency_key_variable, 0,
       NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
+    { ngx_string("idempotency_tier"), NULL,
+      ngx_http_idempotency_tier_variable, 0,
+      NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
       ngx_http_null_variable
 };
 
@@ -226,7 +237,9 @@ static ngx_conf_bitmask_t  ngx_http_idempotency_method_names[] = {
 /*
  * idempotency_store NAME mysql=ADDR [mysql=ADDR ...] user=U password=P
  *                   database=DB [table=T] [pool=N] [connect_timeout=T]
- *                   [query_timeout=T] [wait_queue=N];
+ *                   [query_timeout=T] [wait_queue=N]
+ *                   [redis=ADDR] [redis_password=P] [redis_db=N]
+ *                   [redis_timeout=T] [cache=ZONE:SIZE];
  */
 
 static char *
@@ -348,9 +361,81 @@ ngx_http_idempotency_store_block(ngx_conf_t *cf, ngx_command_t *cmd,
             continue;
         }
 
+        if (ngx_http_idempotency_param("redis")) {
+            if (store->redis_name.len) {
+                goto invalid;
+            }
+
+            if (ngx_http_idempotency_parse_redis(cf, store, &v) != NGX_OK) {
+                return NGX_CONF_ERROR;
+            }
+
+            continue;
+        }
+
+        if (ngx_http_idempotency_param("redis_password")) {
+            if (v.len == 0) {
+                goto invalid;
+            }
+
+            store->redis_password = v;
+            continue;
+        }
+
+        if (ngx_http_idempotency_param("redis_db")) {
+            n = ngx_atoi(v.data, v.len);
+
+            if (n == NGX_ERROR || n > 65535) {
+                goto invalid;
+            }
+
+            store->redis_db = n;
+            continue;
+        }
+
+        if (ngx_http_idempotency_param("redis_timeout")) {
+            n = ngx_parse_time(&v, 0);
+
+            if (n == NGX_ERROR || n == 0) {
+                goto invalid;
+            }
+
+            store->redis_timeout = n;
+            continue;
+        }
+
+        if (ngx_http_idempotency_param("cache")) {
+            if (store->cache) {
+                goto invalid;
+            }
+
+            if (ngx_http_idempotency_cache_add(cf, store, &v)
+                != NGX_CONF_OK)
+            {
+                return NGX_CONF_ERROR;
+            }
+
+            continue;
+        }
+
 #undef ngx_http_idempotency_param
 
         goto invalid;
+    }
+
+    if (store->redis_name.len == 0
+        && (store->redis_password.len || store->redis_db
+            || store->redis_timeout != NGX_CONF_UNSET_MSEC))
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "idempotency store \"%V\" has \"redis_...\" "
+                           "parameters but no \"redis=\" server",
+                           &store->name);
+        return NGX_CONF_ERROR;
+    }
+
+    if (store->redis_timeout == NGX_CONF_UNSET_MSEC) {
+        store->redis_timeout = 500;
     }
 
     if (store->shards.nelts == 0) {
@@ -382,7 +467,9 @@ invalid:
 
     /* never echo a password back */
 
-    if (ngx_strncmp(value[i].data, "password=", 9) == 0) {
+    if (ngx_strncmp(value[i].data, "password=", 9) == 0
+        || ngx_strncmp(value[i].data, "redis_password=", 15) == 0)
+    {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "invalid \"password=\" parameter in "
                            "\"idempotency_store\"");
@@ -491,6 +578,97 @@ invalid:
 }
 
 
+/* redis=IP:port, host:port (looked up here, once) or unix:/path */
+
+static ngx_int_t
+ngx_http_idempotency_parse_redis(ngx_conf_t *cf,
+    ngx_http_idempotency_store_t *store, ngx_str_t *addr)
+{
+    u_char      *p;
+    ngx_url_t    u;
+    ngx_uint_t   i;
+
+    if (addr->len >= 5 && ngx_strncmp(addr->data, "unix:", 5) == 0) {
+        store->redis_name = *addr;
+        store->redis_socket.data = addr->data + 5;
+        store->redis_socket.len = addr->len - 5;
+
+        /* the library would cut a longer path short without a word */
+
+        if (store->redis_socket.len == 0
+            || store->redis_socket.len
+               >= sizeof(((struct sockaddr_un *) 0)->sun_path))
+        {
+            goto invalid;
+        }
+
+        return ngx_http_idempotency_cstr(cf->pool, &store->redis_socket);
+    }
+
+    ngx_memzero(&u, sizeof(ngx_url_t));
+
+    u.url = *addr;
+    u.default_port = 6379;
+
+    if (ngx_parse_url(cf->pool, &u) != NGX_OK) {
+        if (u.err) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "%s in \"redis=%V\" of \"idempotency_store\"",
+                               u.err, addr);
+            return NGX_ERROR;
+        }
+
+        goto invalid;
+    }
+
+    if (u.naddrs == 0 || u.uri.len) {
+        goto invalid;
+    }
+
+    /*
+     * hiredis 0.14 resolves its address with getaddrinfo() for IPv4
+     * first, and for an IPv6 literal that is a name lookup, which may
+     * block: the first IPv4 address is used, and IPv6 is refused
+     */
+
+    for (i = 0; i < u.naddrs; i++) {
+        if (u.addrs[i].sockaddr->sa_family == AF_INET) {
+            break;
+        }
+    }
+
+    if (i == u.naddrs) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"redis=%V\" of \"idempotency_store\" has no "
+                           "IPv4 address; use IPv4 or a unix socket", addr);
+        return NGX_ERROR;
+    }
+
+    p = ngx_pnalloc(cf->pool, NGX_SOCKADDR_STRLEN + 1);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    store->redis_host.data = p;
+    store->redis_host.len = ngx_sock_ntop(u.addrs[i].sockaddr,
+                                          u.addrs[i].socklen, p,
+                                          NGX_SOCKADDR_STRLEN, 0);
+    p[store->redis_host.len] = '\0';
+
+    store->redis_port = ngx_inet_get_port(u.addrs[i].sockaddr);
+    store->redis_name = u.addrs[i].name;
+
+    return NGX_OK;
+
+invalid:
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "invalid address \"redis=%V\" in \"idempotency_store\", "
+                       "it must be IP:port, host:port or unix:/path", addr);
+    return NGX_ERROR;
+}
+
+
 static ngx_http_idempotency_store_t *
 ngx_http_idempotency_find_store(ngx_conf_t *cf, ngx_str_t *name)
 {
@@ -528,6 +706,7 @@ ngx_http_idempotency_find_store(ngx_conf_t *cf, ngx_str_t *name)
     store->wait_queue = 256;
     store->connect_timeout = 1000;
     store->query_timeout = 2000;
+    store->redis_timeout = NGX_CONF_UNSET_MSEC;
     store->conf_file = cf->conf_file->file.name.data;
     store->conf_line = cf->conf_file->line;
 
@@ -824,6 +1003,36 @@ ngx_http_idempotency_key_variable(ngx_http_request_t *r,
 }
 
 
+static ngx_int_t
+ngx_http_idempotency_tier_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    ngx_http_idempotency_ctx_t  *ctx;
+
+    static ngx_str_t  tiers[] = {
+        ngx_null_string,
+        ngx_string("shm"),
+        ngx_string("redis"),
+        ngx_string("mysql")
+    };
+
+    ctx = ngx_http_idempotency_get_ctx(r->main);
+
+    if (ctx == NULL || ctx->tier == NGX_HTTP_IDEMPOTENCY_TIER_NONE) {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+
+    v->len = tiers[ctx->tier].len;
+    v->data = tiers[ctx->tier].data;
+    v->valid = 1;
+    v->no_cacheable = 1;
+    v->not_found = 0;
+
+    return NGX_OK;
+}
+
+
 static void *
 ngx_http_idempotency_create_main_conf(ngx_conf_t *cf)
 {
@@ -960,5 +1169,6 @@ ngx_http_idempotency_init(ngx_conf_t *cf)
 static void
 ngx_http_idempotency_exit_process(ngx_cycle_t *cycle)
 {
+    ngx_http_idempotency_redis_exit(cycle);
     ngx_http_idempotency_mysql_exit(cycle);
 }

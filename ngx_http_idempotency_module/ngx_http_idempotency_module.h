@@ -64,6 +64,18 @@ struct ngx_http_idempotency_store_s {
     ngx_uint_t                      wait_queue;
     ngx_msec_t                      connect_timeout;
     ngx_msec_t                      query_timeout;
+
+    /* replay tiers (tier.h): only completed responses, never claims */
+    ngx_shm_zone_t                 *cache;     /* cache=, or NULL */
+    ngx_str_t                       redis_name;    /* len 0: no Redis */
+    ngx_str_t                       redis_host;    /* IP literal, NUL-ended */
+    in_port_t                       redis_port;
+    ngx_str_t                       redis_socket;  /* unix path, NUL-ended */
+    ngx_str_t                       redis_password; /* never logged */
+    ngx_int_t                       redis_db;      /* 0: no SELECT */
+    ngx_msec_t                      redis_timeout;
+    void                           *redis;     /* per worker, on first use */
+
     u_char                         *conf_file;  /* first reference */
     ngx_uint_t                      conf_line;
     unsigned                        defined:1;

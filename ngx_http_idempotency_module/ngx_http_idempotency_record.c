@@ -50,6 +50,10 @@ ngx_http_idempotency_record_head(ngx_http_request_t *r, ngx_pool_t *pool,
      * as a pseudo-header no HTTP/1 upstream can send */
 
     if (r->headers_out.status_line.len) {
+        if (r->headers_out.status_line.len > 0xffff) {
+            return NGX_ERROR;
+        }
+
         len += 2 + status_line.len + 4 + r->headers_out.status_line.len;
         n++;
     }
@@ -57,6 +61,10 @@ ngx_http_idempotency_record_head(ngx_http_request_t *r, ngx_pool_t *pool,
     ctlen = 0;
 
     if (r->headers_out.content_type.len) {
+        if (r->headers_out.content_type.len > 0xffff) {
+            return NGX_ERROR;
+        }
+
         ctlen = r->headers_out.content_type.len;
 
         if (r->headers_out.content_type_len == r->headers_out.content_type.len
@@ -86,6 +94,12 @@ ngx_http_idempotency_record_head(ngx_http_request_t *r, ngx_pool_t *pool,
 
         if (h[i].hash == 0 || ngx_http_idempotency_skip(&h[i].key)) {
             continue;
+        }
+
+        /* the format frames names in 16 bits and values in 32 */
+
+        if (h[i].key.len > 0xffff || h[i].value.len > 0xffffffff) {
+            return NGX_ERROR;
         }
 
         len += 2 + h[i].key.len + 4 + h[i].value.len;

@@ -187,3 +187,47 @@ x
 --- error_code: 201
 --- error_log
 exceeds idempotency_max_response_size, not stored
+
+
+
+=== TEST 10: client gone while the upstream works: no second execution
+--- config
+    location /orders {
+        idempotency main;
+        idempotency_lease 10s;
+        proxy_pass http://backend;
+    }
+    location = /count { proxy_pass http://backend/__count; }
+--- init
+system("curl -s -o /dev/null --max-time 0.5 -X POST -H 'Idempotency-Key: t040-10' --data-binary x 'http://127.0.0.1:@{[port()]}/orders?delay=1500'");
+sleep 2;
+--- more_headers
+Idempotency-Key: t040-10
+--- request eval
+["POST /orders?delay=1500\nx", "GET /count?key=t040-10"]
+--- error_code eval
+[409, 200]
+--- response_body_like eval
+['request-in-progress', '^1$']
+
+
+
+=== TEST 11: client gone mid-response: executed once, recorded, never again
+--- config
+    location /orders {
+        idempotency main;
+        proxy_pass http://backend;
+        proxy_buffering off;
+    }
+    location = /count { proxy_pass http://backend/__count; }
+--- init
+system("curl -s -o /dev/null --max-time 0.7 -X POST -H 'Idempotency-Key: t040-11' --data-binary x 'http://127.0.0.1:@{[port()]}/orders?size=4000&slow_body=2000'");
+sleep 2.5;
+--- more_headers
+Idempotency-Key: t040-11
+--- request eval
+["POST /orders?size=4000&slow_body=2000\nx", "GET /count?key=t040-11"]
+--- error_code eval
+[410, 200]
+--- response_body_like eval
+['response-not-stored', '^1$']

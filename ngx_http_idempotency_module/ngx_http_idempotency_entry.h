@@ -1,0 +1,64 @@
+
+/*
+ * ngx_http_idempotency_module: the replay tier entry.
+ *
+ * What the shared-memory cache and Redis hold for a completed key, the
+ * same bytes in both.  Format 1, all integers big-endian:
+ *
+ *     "IDE"  u8 version (1)         magic and format version
+ *     u8     flags                  ENTRY_FP: the fingerprint is the row's
+ *     u8[3]  reserved, zero
+ *     u64    expires                end of retention, Unix time, seconds
+ *     u8[32] fingerprint            zeros without ENTRY_FP
+ *     u32    record length
+ *     record                        the stored response (record.h)
+ *
+ * Without ENTRY_FP the row's fingerprint is not known (the entry was made
+ * from a replay that did not compare fingerprints): such an entry only
+ * serves requests that do not compare them either.  A row claimed with
+ * fingerprinting off has a fingerprint of zeros, and the entry says so
+ * with ENTRY_FP and zeros, exactly as MySQL would compare it.
+ */
+
+
+#ifndef _NGX_HTTP_IDEMPOTENCY_ENTRY_H_INCLUDED_
+#define _NGX_HTTP_IDEMPOTENCY_ENTRY_H_INCLUDED_
+
+
+#include "ngx_http_idempotency_module.h"
+#include "ngx_http_idempotency_record.h"
+
+
+#define NGX_HTTP_IDEMPOTENCY_ENTRY_MAGIC     "IDE"
+#define NGX_HTTP_IDEMPOTENCY_ENTRY_VERSION   1
+#define NGX_HTTP_IDEMPOTENCY_ENTRY_HEAD_LEN  52
+
+#define NGX_HTTP_IDEMPOTENCY_ENTRY_FP        0x01
+
+
+typedef struct {
+    ngx_uint_t                      flags;
+    time_t                          expires;
+    u_char                         *fingerprint;  /* into the entry */
+    ngx_str_t                       raw;          /* the record, ditto */
+    ngx_http_idempotency_record_t   record;
+} ngx_http_idempotency_entry_t;
+
+
+/*
+ * Writes the fixed part of an entry whose record is record_len bytes;
+ * p needs NGX_HTTP_IDEMPOTENCY_ENTRY_HEAD_LEN bytes.  The record follows.
+ */
+u_char *ngx_http_idempotency_entry_head(u_char *p, ngx_uint_t flags,
+    u_char *fingerprint, time_t expires, size_t record_len);
+
+/*
+ * Parses an entry and its record in place (data is not copied): NGX_OK;
+ * NGX_DECLINED for an entry of another format version; NGX_ERROR for
+ * anything malformed.  *why says what was wrong.
+ */
+ngx_int_t ngx_http_idempotency_entry_parse(ngx_pool_t *pool, u_char *data,
+    size_t len, ngx_http_idempotency_entry_t *e, const char **why);
+
+
+#endif /* _NGX_HTTP_IDEMPOTENCY_ENTRY_H_INCLUDED_ */

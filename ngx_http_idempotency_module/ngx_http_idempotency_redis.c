@@ -1,0 +1,1195 @@
+
+/*
+ * ngx_http_idempotency_module: the Redis replay tier.
+ *
+ * hiredis' async context driven by nginx events through a small adapter
+ * (addRead, delRead, addWrite, delWrite, cleanup).  The library owns the
+ * socket: our ngx_connection_t only wraps the fd for the event loop and
+ * is given back with ngx_free_connection(), never closed, from the
+ * library's cleanup hook, after which the library closes the fd.
+ *
+ * hiredis 0.14 has no timers: the connect and the handshake (AUTH,
+ * SELECT, PING) are bounded by a timer of the connection, each op by its
+ * own, all redis_timeout.  An op that times out means a hung server: the
+ * connection is freed, which makes the library call every pending reply
+ * callback with a NULL reply.  The op a callback points to therefore
+ * lives until the library owes it nothing (op->replies), whatever became
+ * of the request that started it.
+ *
+ * Outages: the first failure logs one error line and marks Redis down.
+ * Until a probe connection (connect, handshake, PING) succeeds, ops fail
+ * at once.  Probes are made on demand, at most one at a time, with a
+ * backoff from 100 ms doubling to 5 s; the first success logs "reachable
+ * again".  A connection the server closes while idle (a restart, its
+ * "timeout" setting) is simply made again on next use.
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_event.h>
+#include <ngx_http.h>
+
+#include <hiredis/hiredis.h>
+#include <hiredis/async.h>
+
+#include "ngx_http_idempotency_redis.h"
+
+
+#define NGX_HTTP_IDEMPOTENCY_REDIS_NONE         0
+#define NGX_HTTP_IDEMPOTENCY_REDIS_CONNECTING   1  /* connect + handshake */
+#define NGX_HTTP_IDEMPOTENCY_REDIS_READY        2
+
+#define NGX_HTTP_IDEMPOTENCY_REDIS_BACKOFF_MIN  100
+#define NGX_HTTP_IDEMPOTENCY_REDIS_BACKOFF_MAX  5000
+
+#define NGX_HTTP_IDEMPOTENCY_REDIS_PREFIX       "idempotency:"
+
+
+/* one store's connection in one worker */
+typedef struct {
+    ngx_http_idempotency_store_t      *store;
+    ngx_log_t                         *log;
+
+    redisAsyncContext                 *ac;
+    ngx_connection_t                  *c;
+    ngx_uint_t                         state;
+    ngx_uint_t                         handshake;  /* replies still owed */
+    ngx_event_t                        timer;      /* connect + handshake */
+
+    ngx_queue_t                        ops;        /* every live op */
+
+    ngx_msec_t                         backoff;
+    ngx_msec_t                         retry_at;
+
+    ngx_str_t                          key;        /* buffer: prefix+hex */
+    size_t                             prefix_len;
+
+    unsigned                           down:1;
+    unsigned                           probe:1;    /* made while down */
+    unsigned                           closing:1;  /* we free the context */
+    unsigned                           lost:1;     /* replies were lost */
+    unsigned                           in_write:1;
+    unsigned                           exiting:1;
+} ngx_http_idempotency_redis_t;
+
+
+static ngx_http_idempotency_redis_t *ngx_http_idempotency_redis_client(
+    ngx_http_idempotency_store_t *store);
+static ngx_int_t ngx_http_idempotency_redis_usable(
+    ngx_http_idempotency_redis_t *client);
+static ngx_int_t ngx_http_idempotency_redis_connect(
+    ngx_http_idempotency_redis_t *client);
+static ngx_int_t ngx_http_idempotency_redis_handshake(
+    ngx_http_idempotency_redis_t *client);
+static void ngx_http_idempotency_redis_handshake_reply(
+    redisAsyncContext *ac, void *r, void *privdata);
+static void ngx_http_idempotency_redis_connect_timeout(ngx_event_t *ev);
+static void ngx_http_idempotency_redis_failed(
+    ngx_http_idempotency_redis_t *client, const char *what,
+    const char *detail, size_t len);
+static void ngx_http_idempotency_redis_drop(
+    ngx_http_idempotency_redis_t *client, const char *what,
+    const char *detail, size_t len);
+static void ngx_http_idempotency_redis_close(
+    ngx_http_idempotency_redis_t *client);
+
+static void ngx_http_idempotency_redis_add_read(void *data);
+static void ngx_http_idempotency_redis_del_read(void *data);
+static void ngx_http_idempotency_redis_add_write(void *data);
+static void ngx_http_idempotency_redis_del_write(void *data);
+static void ngx_http_idempotency_redis_cleanup(void *data);
+static void ngx_http_idempotency_redis_read_handler(ngx_event_t *rev);
+static void ngx_http_idempotency_redis_write_handler(ngx_event_t *wev);
+static void ngx_http_idempotency_redis_detach_conn(
+    ngx_http_idempotency_redis_t *client);
+
+static ngx_http_idempotency_redis_op_t *ngx_http_idempotency_redis_op(
+    ngx_http_idempotency_redis_t *client, const char *name);
+static void ngx_http_idempotency_redis_reply(redisAsyncContext *ac,
+    void *r, void *privdata);
+static void ngx_http_idempotency_redis_op_timeout(ngx_event_t *ev);
+static void ngx_http_idempotency_redis_finish(
+    ngx_http_idempotency_redis_op_t *op, ngx_uint_t rc);
+static void ngx_http_idempotency_redis_done(ngx_event_t *ev);
+static void ngx_http_idempotency_redis_free(
+    ngx_http_idempotency_redis_op_t *op);
+static ngx_str_t *ngx_http_idempotency_redis_key(
+    ngx_http_idempotency_redis_t *client, u_char *key_hash);
+
+
+ngx_http_idempotency_redis_op_t *
+ngx_http_idempotency_redis_get(ngx_http_idempotency_store_t *store,
+    u_char *key_hash)
+{
+    ngx_str_t                        *key;
+    ngx_http_idempotency_redis_t     *client;
+    ngx_http_idempotency_redis_op_t  *op;
+    const char                       *argv[2];
+    size_t                            argvlen[2];
+
+    client = ngx_http_idempotency_redis_client(store);
+    if (client == NULL) {
+        return NULL;
+    }
+
+    op = ngx_http_idempotency_redis_op(client, "lookup");
+    if (op == NULL) {
+        return NULL;
+    }
+
+    op->lookup = 1;
+
+    if (ngx_http_idempotency_redis_usable(client) != NGX_OK) {
+        ngx_http_idempotency_redis_finish(op, NGX_HTTP_IDEMPOTENCY_REDIS_DOWN);
+        return op;
+    }
+
+    key = ngx_http_idempotency_redis_key(client, key_hash);
+
+    argv[1] = (const char *) key->data;
+    argvlen[1] = key->len;
+
+    /*
+     * GET and PTTL, pipelined: the remaining time to live comes from
+     * Redis' clock, so hosts whose clocks disagree still never keep an
+     * entry past its retention
+     */
+
+    argv[0] = "GET";
+    argvlen[0] = 3;
+
+    if (redisAsyncCommandArgv(client->ac, ngx_http_idempotency_redis_reply,
+                              op, 2, argv, argvlen)
+        != REDIS_OK)
+    {
+        ngx_http_idempotency_redis_finish(op,
+                                          NGX_HTTP_IDEMPOTENCY_REDIS_ERROR);
+        return op;
+    }
+
+    op->replies++;
+
+    argv[0] = "PTTL";
+    argvlen[0] = 4;
+
+    if (redisAsyncCommandArgv(client->ac, ngx_http_idempotency_redis_reply,
+                              op, 2, argv, argvlen)
+        != REDIS_OK)
+    {
+        ngx_http_idempotency_redis_finish(op,
+                                          NGX_HTTP_IDEMPOTENCY_REDIS_ERROR);
+        return op;
+    }
+
+    op->replies++;
+
+    ngx_add_timer(&op->timer, store->redis_timeout);
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, client->log, 0,
+                   "idempotency redis lookup: %V (op %p)", key, op);
+
+    return op;
+}
+
+
+ngx_int_t
+ngx_http_idempotency_redis_set(ngx_http_idempotency_store_t *store,
+    u_char *key_hash, u_char *entry, size_t len, time_t ttl)
+{
+    u_char                           *p;
+    ngx_str_t                        *key;
+    ngx_http_idempotency_redis_t     *client;
+    ngx_http_idempotency_redis_op_t  *op;
+    const char                       *argv[5];
+    size_t                            argvlen[5];
+    u_char                            ttls[NGX_TIME_T_LEN];
+
+    client = ngx_http_idempotency_redis_client(store);
+    if (client == NULL) {
+        return NGX_DECLINED;
+    }
+
+    if (ngx_http_idempotency_redis_usable(client) != NGX_OK) {
+        return NGX_DECLINED;
+    }
+
+    op = ngx_http_idempotency_redis_op(client, "store");
+    if (op == NULL) {
+        return NGX_DECLINED;
+    }
+
+    key = ngx_http_idempotency_redis_key(client, key_hash);
+    p = ngx_sprintf(ttls, "%T", ttl);
+
+    argv[0] = "SET";
+    argvlen[0] = 3;
+    argv[1] = (const char *) key->data;
+    argvlen[1] = key->len;
+    argv[2] = (const char *) entry;
+    argvlen[2] = len;
+    argv[3] = "EX";
+    argvlen[3] = 2;
+    argv[4] = (const char *) ttls;
+    argvlen[4] = p - ttls;
+
+    /* the library copies the command into its output buffer */
+
+    if (redisAsyncCommandArgv(client->ac, ngx_http_idempotency_redis_reply,
+                              op, 5, argv, argvlen)
+        != REDIS_OK)
+    {
+        ngx_http_idempotency_redis_finish(op,
+                                          NGX_HTTP_IDEMPOTENCY_REDIS_ERROR);
+        return NGX_DECLINED;
+    }
+
+    op->replies++;
+
+    ngx_add_timer(&op->timer, store->redis_timeout);
+
+    ngx_log_debug4(NGX_LOG_DEBUG_HTTP, client->log, 0,
+                   "idempotency redis store: %V, %uz bytes, ttl %T (op %p)",
+                   key, len, ttl, op);
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_idempotency_redis_detach(ngx_http_idempotency_redis_op_t *op)
+{
+    op->handler = NULL;
+    op->data = NULL;
+}
+
+
+void
+ngx_http_idempotency_redis_exit(ngx_cycle_t *cycle)
+{
+    ngx_uint_t                          i;
+    ngx_queue_t                        *q;
+    ngx_http_idempotency_store_t      **stores;
+    ngx_http_idempotency_redis_t       *client;
+    ngx_http_idempotency_redis_op_t    *op;
+    ngx_http_idempotency_main_conf_t   *imcf;
+
+    imcf = ngx_http_cycle_get_module_main_conf(cycle,
+                                               ngx_http_idempotency_module);
+    if (imcf == NULL) {
+        return;
+    }
+
+    stores = imcf->stores.elts;
+
+    for (i = 0; i < imcf->stores.nelts; i++) {
+
+        client = stores[i]->redis;
+        if (client == NULL) {
+            continue;
+        }
+
+        /* the process is going away: ops are dropped, not answered */
+
+        client->exiting = 1;
+
+        if (client->ac) {
+            ngx_http_idempotency_redis_close(client);
+        }
+
+        while (!ngx_queue_empty(&client->ops)) {
+            q = ngx_queue_head(&client->ops);
+            op = ngx_queue_data(q, ngx_http_idempotency_redis_op_t, queue);
+            ngx_http_idempotency_redis_free(op);
+        }
+
+        if (client->timer.timer_set) {
+            ngx_del_timer(&client->timer);
+        }
+
+        stores[i]->redis = NULL;
+    }
+}
+
+
+static ngx_http_idempotency_redis_t *
+ngx_http_idempotency_redis_client(ngx_http_idempotency_store_t *store)
+{
+    u_char                        *p;
+    ngx_http_idempotency_redis_t  *client;
+
+    if (store->redis) {
+        return store->redis;
+    }
+
+    /* per worker: the configuration is private to the process after fork */
+
+    client = ngx_pcalloc(ngx_cycle->pool,
+                         sizeof(ngx_http_idempotency_redis_t));
+    if (client == NULL) {
+        return NULL;
+    }
+
+    client->prefix_len = sizeof(NGX_HTTP_IDEMPOTENCY_REDIS_PREFIX) - 1
+                         + store->name.len + 1;
+
+    client->key.data = ngx_pnalloc(ngx_cycle->pool, client->prefix_len
+                                   + 2 * NGX_HTTP_IDEMPOTENCY_HASH_LEN);
+    if (client->key.data == NULL) {
+        return NULL;
+    }
+
+    p = ngx_cpymem(client->key.data, NGX_HTTP_IDEMPOTENCY_REDIS_PREFIX,
+                   sizeof(NGX_HTTP_IDEMPOTENCY_REDIS_PREFIX) - 1);
+    p = ngx_cpymem(p, store->name.data, store->name.len);
+    *p = ':';
+
+    client->store = store;
+    client->log = ngx_cycle->log;
+
+    ngx_queue_init(&client->ops);
+
+    client->timer.handler = ngx_http_idempotency_redis_connect_timeout;
+    client->timer.data = client;
+    client->timer.log = client->log;
+
+    store->redis = client;
+
+    return client;
+}
+
+
+/*
+ * NGX_OK: ops may be sent (the connection is ready, or being made while
+ * Redis is not known to be down: they wait in the library's buffer).
+ * NGX_DECLINED: Redis is down; a probe is started when the backoff allows.
+ */
+
+static ngx_int_t
+ngx_http_idempotency_redis_usable(ngx_http_idempotency_redis_t *client)
+{
+    if (client->ac) {
+        return client->probe ? NGX_DECLINED : NGX_OK;
+    }
+
+    if (client->down
+        && (ngx_msec_int_t) (client->retry_at - ngx_current_msec) > 0)
+    {
+        return NGX_DECLINED;
+    }
+
+    if (ngx_http_idempotency_redis_connect(client) != NGX_OK) {
+        return NGX_DECLINED;
+    }
+
+    return client->probe ? NGX_DECLINED : NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_idempotency_redis_connect(ngx_http_idempotency_redis_t *client)
+{
+    redisAsyncContext             *ac;
+    ngx_connection_t              *c;
+    ngx_http_idempotency_store_t  *store;
+
+    store = client->store;
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, client->log, 0,
+                   "idempotency redis connect: redis=%V%s",
+                   &store->redis_name, client->down ? " (probe)" : "");
+
+    /* an IP literal or a unix socket: the library looks no name up */
+
+    if (store->redis_socket.len) {
+        ac = redisAsyncConnectUnix((const char *) store->redis_socket.data);
+
+    } else {
+        ac = redisAsyncConnect((const char *) store->redis_host.data,
+                               store->redis_port);
+    }
+
+    if (ac == NULL) {
+        ngx_http_idempotency_redis_failed(client, "connect failed",
+                                          "no memory",
+                                          sizeof("no memory") - 1);
+        return NGX_ERROR;
+    }
+
+    if (ac->err) {
+        ngx_http_idempotency_redis_failed(client, "connect failed",
+                                          ac->errstr, ngx_strlen(ac->errstr));
+        redisAsyncFree(ac);
+        return NGX_ERROR;
+    }
+
+    c = ngx_get_connection(ac->c.fd, client->log);
+    if (c == NULL) {
+        ngx_http_idempotency_redis_failed(client, "connect failed",
+                                          "no free connection",
+                                          sizeof("no free connection") - 1);
+        redisAsyncFree(ac);
+        return NGX_ERROR;
+    }
+
+    c->data = client;
+    c->number = ngx_atomic_fetch_add(ngx_connection_counter, 1);
+    c->read->handler = ngx_http_idempotency_redis_read_handler;
+    c->write->handler = ngx_http_idempotency_redis_write_handler;
+    c->read->log = client->log;
+    c->write->log = client->log;
+
+    ac->ev.data = client;
+    ac->ev.addRead = ngx_http_idempotency_redis_add_read;
+    ac->ev.delRead = ngx_http_idempotency_redis_del_read;
+    ac->ev.addWrite = ngx_http_idempotency_redis_add_write;
+    ac->ev.delWrite = ngx_http_idempotency_redis_del_write;
+    ac->ev.cleanup = ngx_http_idempotency_redis_cleanup;
+
+    client->ac = ac;
+    client->c = c;
+    client->state = NGX_HTTP_IDEMPOTENCY_REDIS_CONNECTING;
+    client->probe = client->down;
+    client->lost = 0;
+    client->closing = 0;
+
+    ngx_add_timer(&client->timer, store->redis_timeout);
+
+    /* the first write event tells that the connect ended */
+    ngx_http_idempotency_redis_add_write(client);
+
+    if (ngx_http_idempotency_redis_handshake(client) != NGX_OK) {
+        ngx_http_idempotency_redis_drop(client, "connect failed",
+                                        "could not queue the handshake",
+                                        sizeof("could not queue the "
+                                               "handshake") - 1);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/* AUTH and SELECT when configured, then PING, whose answer means ready */
+
+static ngx_int_t
+ngx_http_idempotency_redis_handshake(ngx_http_idempotency_redis_t *client)
+{
+    u_char                        *p;
+    ngx_http_idempotency_store_t  *store;
+    const char                    *argv[2];
+    size_t                         argvlen[2];
+    u_char                         db[NGX_INT_T_LEN];
+
+    store = client->store;
+    client->handshake = 0;
+
+    if (store->redis_password.len) {
+        argv[0] = "AUTH";
+        argvlen[0] = 4;
+        argv[1] = (const char *) store->redis_password.data;
+        argvlen[1] = store->redis_password.len;
+
+        if (redisAsyncCommandArgv(client->ac,
+                                  ngx_http_idempotency_redis_handshake_reply,
+                                  client, 2, argv, argvlen)
+            != REDIS_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        client->handshake++;
+    }
+
+    if (store->redis_db > 0) {
+        p = ngx_sprintf(db, "%i", store->redis_db);
+
+        argv[0] = "SELECT";
+        argvlen[0] = 6;
+        argv[1] = (const char *) db;
+        argvlen[1] = p - db;
+
+        if (redisAsyncCommandArgv(client->ac,
+                                  ngx_http_idempotency_redis_handshake_reply,
+                                  client, 2, argv, argvlen)
+            != REDIS_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        client->handshake++;
+    }
+
+    argv[0] = "PING";
+    argvlen[0] = 4;
+
+    if (redisAsyncCommandArgv(client->ac,
+                              ngx_http_idempotency_redis_handshake_reply,
+                              client, 1, argv, argvlen)
+        != REDIS_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    client->handshake++;
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_idempotency_redis_handshake_reply(redisAsyncContext *ac, void *r,
+    void *privdata)
+{
+    ngx_http_idempotency_redis_t  *client = privdata;
+
+    redisReply  *reply = r;
+
+    client->handshake--;
+
+    if (reply == NULL) {
+        /* the context is going away; its cleanup hook says why */
+
+        if (!client->closing) {
+            client->lost = 1;
+        }
+
+        return;
+    }
+
+    if (reply->type == REDIS_REPLY_ERROR) {
+        /* a wrong password, a bad database number, still loading, ... */
+        ngx_http_idempotency_redis_drop(client, "handshake failed",
+                                        reply->str, reply->len);
+        return;
+    }
+
+    if (client->handshake) {
+        return;
+    }
+
+    if (client->timer.timer_set) {
+        ngx_del_timer(&client->timer);
+    }
+
+    client->state = NGX_HTTP_IDEMPOTENCY_REDIS_READY;
+    client->probe = 0;
+    client->backoff = 0;
+
+    if (client->down) {
+        client->down = 0;
+
+        ngx_log_error(NGX_LOG_NOTICE, client->log, 0,
+                      "idempotency store \"%V\" redis=%V: reachable again",
+                      &client->store->name, &client->store->redis_name);
+    }
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, client->log, 0,
+                   "idempotency redis ready: redis=%V",
+                   &client->store->redis_name);
+}
+
+
+static void
+ngx_http_idempotency_redis_connect_timeout(ngx_event_t *ev)
+{
+    ngx_http_idempotency_redis_t  *client;
+
+    client = ev->data;
+
+    if (client->ac == NULL) {
+        return;
+    }
+
+    ngx_http_idempotency_redis_drop(client, "connect timed out", NULL, 0);
+}
+
+
+/*
+ * Redis failed: one error line per outage, then a backoff during which
+ * ops fail at once; each failed probe doubles it.
+ */
+
+static void
+ngx_http_idempotency_redis_failed(ngx_http_idempotency_redis_t *client,
+    const char *what, const char *detail, size_t len)
+{
+    if (client->exiting) {
+        return;
+    }
+
+    if (!client->down) {
+        if (detail) {
+            ngx_log_error(NGX_LOG_ERR, client->log, 0,
+                          "idempotency store \"%V\" redis=%V: %s: %*s; "
+                          "replays are looked up in MySQL until it "
+                          "answers again",
+                          &client->store->name, &client->store->redis_name,
+                          what, len, detail);
+        } else {
+            ngx_log_error(NGX_LOG_ERR, client->log, 0,
+                          "idempotency store \"%V\" redis=%V: %s; "
+                          "replays are looked up in MySQL until it "
+                          "answers again",
+                          &client->store->name, &client->store->redis_name,
+                          what);
+        }
+
+        client->down = 1;
+        client->backoff = NGX_HTTP_IDEMPOTENCY_REDIS_BACKOFF_MIN;
+
+    } else {
+        client->backoff = ngx_min(client->backoff * 2,
+                                  NGX_HTTP_IDEMPOTENCY_REDIS_BACKOFF_MAX);
+    }
+
+    client->retry_at = ngx_current_msec + client->backoff;
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, client->log, 0,
+                   "idempotency redis down: redis=%V, %s, backoff %M",
+                   &client->store->redis_name, what, client->backoff);
+}
+
+
+/* fails Redis and frees the connection; safe inside a reply callback */
+
+static void
+ngx_http_idempotency_redis_drop(ngx_http_idempotency_redis_t *client,
+    const char *what, const char *detail, size_t len)
+{
+    ngx_http_idempotency_redis_failed(client, what, detail, len);
+
+    if (client->ac && !client->closing) {
+        ngx_http_idempotency_redis_close(client);
+    }
+}
+
+
+/*
+ * Frees the context: pending replies get NULL, then the cleanup hook
+ * runs.  Inside a reply callback the library defers this until the
+ * callback has returned.
+ */
+
+static void
+ngx_http_idempotency_redis_close(ngx_http_idempotency_redis_t *client)
+{
+    client->closing = 1;
+    redisAsyncFree(client->ac);
+}
+
+
+static void
+ngx_http_idempotency_redis_add_read(void *data)
+{
+    ngx_http_idempotency_redis_t  *client = data;
+
+    ngx_connection_t  *c;
+
+    c = client->c;
+
+    if (c == NULL || c->read->active) {
+        return;
+    }
+
+    c->read->ready = 0;
+
+    if (ngx_handle_read_event(c->read, 0) != NGX_OK) {
+        /* the op timers end what cannot be read */
+        ngx_log_error(NGX_LOG_ALERT, client->log, 0,
+                      "idempotency store \"%V\" redis=%V: "
+                      "could not add the read event",
+                      &client->store->name, &client->store->redis_name);
+    }
+}
+
+
+static void
+ngx_http_idempotency_redis_del_read(void *data)
+{
+    ngx_http_idempotency_redis_t  *client = data;
+
+    ngx_connection_t  *c;
+
+    c = client->c;
+
+    /* an edge-triggered event stays: nothing to read means no event */
+
+    if (c && (ngx_event_flags & NGX_USE_LEVEL_EVENT) && c->read->active) {
+        (void) ngx_del_event(c->read, NGX_READ_EVENT, 0);
+    }
+}
+
+
+static void
+ngx_http_idempotency_redis_add_write(void *data)
+{
+    ngx_http_idempotency_redis_t  *client = data;
+
+    ngx_connection_t  *c;
+
+    c = client->c;
+
+    if (c == NULL) {
+        return;
+    }
+
+    if (!c->write->active) {
+        c->write->ready = 0;
+
+        if (ngx_handle_write_event(c->write, 0) != NGX_OK) {
+            ngx_log_error(NGX_LOG_ALERT, client->log, 0,
+                          "idempotency store \"%V\" redis=%V: "
+                          "could not add the write event",
+                          &client->store->name, &client->store->redis_name);
+        }
+    }
+
+    /*
+     * An armed edge-triggered event reports nothing new for a socket that
+     * is writable already, so a command queued on a connected context is
+     * written from a posted event.  Inside the write handler a partial
+     * write means the socket buffer is full, and its draining reports an
+     * edge.  Before the connect ends, the edge of its end comes anyway,
+     * and writing earlier would make the library think it had connected.
+     */
+
+    if (client->ac
+        && (client->ac->c.flags & REDIS_CONNECTED)
+        && !client->in_write)
+    {
+        ngx_post_event(c->write, &ngx_posted_events);
+    }
+}
+
+
+static void
+ngx_http_idempotency_redis_del_write(void *data)
+{
+    ngx_http_idempotency_redis_t  *client = data;
+
+    ngx_connection_t  *c;
+
+    c = client->c;
+
+    if (c && (ngx_event_flags & NGX_USE_LEVEL_EVENT) && c->write->active) {
+        (void) ngx_del_event(c->write, NGX_WRITE_EVENT, 0);
+    }
+}
+
+
+/*
+ * The library frees the context: after the pending callbacks got NULL,
+ * before it closes the fd.  Whatever the reason, the connection is gone.
+ */
+
+static void
+ngx_http_idempotency_redis_cleanup(void *data)
+{
+    ngx_http_idempotency_redis_t  *client = data;
+
+    ngx_uint_t          state;
+    redisAsyncContext  *ac;
+
+    ac = client->ac;
+
+    if (ac == NULL) {
+        return;
+    }
+
+    ngx_http_idempotency_redis_detach_conn(client);
+
+    if (client->timer.timer_set) {
+        ngx_del_timer(&client->timer);
+    }
+
+    state = client->state;
+
+    client->ac = NULL;
+    client->state = NGX_HTTP_IDEMPOTENCY_REDIS_NONE;
+    client->probe = 0;
+
+    if (client->closing) {
+        /* we freed it, and said why */
+        client->closing = 0;
+        return;
+    }
+
+    if (ac->err == REDIS_ERR_EOF
+        && state == NGX_HTTP_IDEMPOTENCY_REDIS_READY
+        && !client->lost)
+    {
+        /* closed while idle: made again on next use */
+
+        ngx_log_error(NGX_LOG_INFO, client->log, 0,
+                      "idempotency store \"%V\" redis=%V: "
+                      "idle connection closed by the server",
+                      &client->store->name, &client->store->redis_name);
+        return;
+    }
+
+    ngx_http_idempotency_redis_failed(client,
+                            (state == NGX_HTTP_IDEMPOTENCY_REDIS_READY)
+                            ? "connection lost" : "connect failed",
+                            ac->errstr ? ac->errstr : "unknown error",
+                            ngx_strlen(ac->errstr ? ac->errstr
+                                                  : "unknown error"));
+}
+
+
+static void
+ngx_http_idempotency_redis_read_handler(ngx_event_t *rev)
+{
+    u_char                         buf[1];
+    ssize_t                        n;
+    ngx_err_t                      err;
+    ngx_connection_t              *c;
+    redisAsyncContext             *ac;
+    ngx_http_idempotency_redis_t  *client;
+
+    c = rev->data;
+    client = c->data;
+
+    for ( ;; ) {
+        ac = client->ac;
+
+        if (ac == NULL) {
+            return;
+        }
+
+        redisAsyncHandleRead(ac);
+
+        if (client->ac != ac || !(ac->c.flags & REDIS_CONNECTED)) {
+            /* freed inside, or still connecting */
+            return;
+        }
+
+        /*
+         * hiredis 0.14 reads at most 16 KiB per call, and an
+         * edge-triggered event does not report what is left in the
+         * socket again: read until it would block
+         */
+
+        n = recv(ac->c.fd, buf, 1, MSG_PEEK|MSG_DONTWAIT);
+
+        if (n == -1) {
+            err = ngx_socket_errno;
+
+            if (err == NGX_EAGAIN) {
+                rev->ready = 0;
+                return;
+            }
+
+            if (err == NGX_EINTR) {
+                continue;
+            }
+        }
+
+        /* more data, the end of the stream or an error: the library's */
+    }
+}
+
+
+static void
+ngx_http_idempotency_redis_write_handler(ngx_event_t *wev)
+{
+    ngx_connection_t              *c;
+    ngx_http_idempotency_redis_t  *client;
+
+    c = wev->data;
+    client = c->data;
+
+    if (client->ac == NULL) {
+        return;
+    }
+
+    client->in_write = 1;
+    redisAsyncHandleWrite(client->ac);
+    client->in_write = 0;
+}
+
+
+/* gives the ngx_connection_t back; the library closes the fd itself */
+
+static void
+ngx_http_idempotency_redis_detach_conn(ngx_http_idempotency_redis_t *client)
+{
+    ngx_connection_t  *c;
+
+    c = client->c;
+
+    if (c == NULL) {
+        return;
+    }
+
+    if (c->read->posted) {
+        ngx_delete_posted_event(c->read);
+    }
+
+    if (c->write->posted) {
+        ngx_delete_posted_event(c->write);
+    }
+
+    if (ngx_del_conn && (c->read->active || c->write->active)) {
+        (void) ngx_del_conn(c, 0);
+
+    } else {
+        if (c->read->active || c->read->disabled) {
+            (void) ngx_del_event(c->read, NGX_READ_EVENT, 0);
+        }
+
+        if (c->write->active || c->write->disabled) {
+            (void) ngx_del_event(c->write, NGX_WRITE_EVENT, 0);
+        }
+    }
+
+    ngx_free_connection(c);
+
+    c->fd = (ngx_socket_t) -1;
+    client->c = NULL;
+}
+
+
+static ngx_http_idempotency_redis_op_t *
+ngx_http_idempotency_redis_op(ngx_http_idempotency_redis_t *client,
+    const char *name)
+{
+    ngx_http_idempotency_redis_op_t  *op;
+
+    op = ngx_calloc(sizeof(ngx_http_idempotency_redis_op_t), client->log);
+    if (op == NULL) {
+        return NULL;
+    }
+
+    op->client = client;
+    op->name = name;
+    op->pttl = -1;
+
+    /* bounded by redis_timeout: not cancelable, like the request's own */
+
+    op->timer.handler = ngx_http_idempotency_redis_op_timeout;
+    op->timer.data = op;
+    op->timer.log = client->log;
+
+    op->done.handler = ngx_http_idempotency_redis_done;
+    op->done.data = op;
+    op->done.log = client->log;
+
+    ngx_queue_insert_tail(&client->ops, &op->queue);
+
+    return op;
+}
+
+
+static void
+ngx_http_idempotency_redis_reply(redisAsyncContext *ac, void *r,
+    void *privdata)
+{
+    ngx_http_idempotency_redis_op_t  *op = privdata;
+
+    redisReply                    *reply = r;
+    ngx_http_idempotency_redis_t  *client;
+
+    client = op->client;
+
+    op->replies--;
+    op->got++;
+
+    if (client->exiting) {
+        /* ngx_http_idempotency_redis_exit() frees the op */
+        return;
+    }
+
+    if (reply == NULL) {
+        if (!client->closing) {
+            client->lost = 1;
+        }
+
+        ngx_http_idempotency_redis_finish(op,
+                                          NGX_HTTP_IDEMPOTENCY_REDIS_ERROR);
+        goto done;
+    }
+
+    if (op->finished) {
+        /* a late answer to an op that timed out */
+        goto done;
+    }
+
+    if (reply->type == REDIS_REPLY_ERROR) {
+
+        if (reply->len >= 9
+            && ngx_strncmp(reply->str, "WRONGTYPE", 9) == 0)
+        {
+            /* the key holds something else than a string */
+            ngx_http_idempotency_redis_finish(op,
+                                              NGX_HTTP_IDEMPOTENCY_REDIS_BAD);
+            goto done;
+        }
+
+        /* NOAUTH, LOADING, OOM, READONLY, ...: Redis is not usable */
+
+        ngx_http_idempotency_redis_finish(op,
+                                          NGX_HTTP_IDEMPOTENCY_REDIS_ERROR);
+        ngx_http_idempotency_redis_drop(client, "error reply", reply->str,
+                                        reply->len);
+        goto done;
+    }
+
+    if (op->lookup && op->got == 1) {
+
+        /* GET of a lookup */
+
+        if (reply->type == REDIS_REPLY_STRING) {
+            op->pool = ngx_create_pool(1024, client->log);
+
+            if (op->pool) {
+                op->value.data = ngx_pnalloc(op->pool,
+                                             reply->len ? reply->len : 1);
+            }
+
+            if (op->value.data == NULL) {
+                ngx_http_idempotency_redis_finish(op,
+                                            NGX_HTTP_IDEMPOTENCY_REDIS_ERROR);
+                goto done;
+            }
+
+            /* the library frees the reply after this callback */
+
+            ngx_memcpy(op->value.data, reply->str, reply->len);
+            op->value.len = reply->len;
+
+        } else if (reply->type != REDIS_REPLY_NIL) {
+            ngx_http_idempotency_redis_finish(op,
+                                              NGX_HTTP_IDEMPOTENCY_REDIS_BAD);
+            goto done;
+        }
+
+    } else if (op->lookup && reply->type == REDIS_REPLY_INTEGER) {
+        /* PTTL of a lookup: -2 the key is gone, -1 no expiry */
+        op->pttl = reply->integer;
+    }
+
+    if (op->replies == 0) {
+        ngx_http_idempotency_redis_finish(op, NGX_HTTP_IDEMPOTENCY_REDIS_OK);
+    }
+
+done:
+
+    if (op->replies == 0 && op->delivered) {
+        ngx_http_idempotency_redis_free(op);
+    }
+}
+
+
+static void
+ngx_http_idempotency_redis_op_timeout(ngx_event_t *ev)
+{
+    u_char                            *p;
+    ngx_http_idempotency_redis_t      *client;
+    ngx_http_idempotency_redis_op_t   *op;
+    u_char                             text[64];
+
+    op = ev->data;
+    client = op->client;
+
+    ngx_http_idempotency_redis_finish(op, NGX_HTTP_IDEMPOTENCY_REDIS_TIMEOUT);
+
+    /* no answer within the deadline: the server hangs, or the network */
+
+    if (client->ac) {
+        p = ngx_snprintf(text, sizeof(text), "%M ms",
+                         client->store->redis_timeout);
+
+        ngx_http_idempotency_redis_drop(client,
+                                        op->lookup ? "lookup timed out"
+                                                   : "store timed out",
+                                        (const char *) text, p - text);
+    }
+}
+
+
+/* the op's result is known: its handler runs from a posted event */
+
+static void
+ngx_http_idempotency_redis_finish(ngx_http_idempotency_redis_op_t *op,
+    ngx_uint_t rc)
+{
+    if (op->finished) {
+        return;
+    }
+
+    op->finished = 1;
+    op->rc = rc;
+
+    if (op->timer.timer_set) {
+        ngx_del_timer(&op->timer);
+    }
+
+    ngx_post_event(&op->done, &ngx_posted_events);
+}
+
+
+static void
+ngx_http_idempotency_redis_done(ngx_event_t *ev)
+{
+    ngx_http_idempotency_redis_op_t        *op;
+    ngx_http_idempotency_redis_handler_pt   handler;
+
+    op = ev->data;
+
+    ngx_log_debug4(NGX_LOG_DEBUG_HTTP, ev->log, 0,
+                   "idempotency redis %s finished: rc=%ui, %uz bytes%s",
+                   op->name, op->rc, op->value.len,
+                   op->handler ? "" : " (detached)");
+
+    op->delivered = 1;
+
+    handler = op->handler;
+
+    if (handler) {
+        op->handler = NULL;
+        handler(op);
+    }
+
+    if (op->replies == 0) {
+        ngx_http_idempotency_redis_free(op);
+    }
+}
+
+
+static void
+ngx_http_idempotency_redis_free(ngx_http_idempotency_redis_op_t *op)
+{
+    if (op->timer.timer_set) {
+        ngx_del_timer(&op->timer);
+    }
+
+    if (op->done.posted) {
+        ngx_delete_posted_event(&op->done);
+    }
+
+    ngx_queue_remove(&op->queue);
+
+    if (op->pool) {
+        ngx_destroy_pool(op->pool);
+    }
+
+    ngx_free(op);
+}
+
+
+static ngx_str_t *
+ngx_http_idempotency_redis_key(ngx_http_idempotency_redis_t *client,
+    u_char *key_hash)
+{
+    u_char  *p;
+
+    /* the library formats the command at once: one buffer serves all */
+
+    p = ngx_hex_dump(client->key.data + client->prefix_len, key_hash,
+                     NGX_HTTP_IDEMPOTENCY_HASH_LEN);
+
+    client->key.len = p - client->key.data;
+
+    return &client->key;
+}

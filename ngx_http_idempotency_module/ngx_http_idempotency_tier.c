@@ -1,0 +1,522 @@
+
+/*
+ * ngx_http_idempotency_module: the replay tiers in front of MySQL.
+ *
+ * Consistency rests on two rules.  A tier only ever holds a completed
+ * row, and a completed row never changes until its retention ends, so a
+ * tier entry is as good as the row while it lives.  And an entry lives
+ * no longer than the row's retention: its expiry (and its Redis TTL) is
+ * the retention MySQL reported, counted down.  Anything a tier cannot
+ * vouch for (unreadable, another format, a fingerprint it does not know)
+ * is a miss, and MySQL answers.
+ */
+
+
+#include "ngx_http_idempotency_tier.h"
+#include "ngx_http_idempotency_cache.h"
+#include "ngx_http_idempotency_entry.h"
+#include "ngx_http_idempotency_redis.h"
+
+
+/* held duplicates of this worker, by the first byte of the key hash */
+#define NGX_HTTP_IDEMPOTENCY_WAITERS  256
+
+
+static ngx_int_t ngx_http_idempotency_tier_shm(
+    ngx_http_idempotency_ctx_t *ctx, ngx_uint_t count);
+static void ngx_http_idempotency_tier_redis_done(
+    ngx_http_idempotency_redis_op_t *op);
+static ngx_int_t ngx_http_idempotency_tier_redis_entry(
+    ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_redis_op_t *op);
+static ngx_uint_t ngx_http_idempotency_tier_usable(
+    ngx_http_idempotency_ctx_t *ctx);
+static void ngx_http_idempotency_tier_keep(ngx_http_idempotency_ctx_t *ctx,
+    ngx_pool_t *pool);
+static void ngx_http_idempotency_tier_unhold(
+    ngx_http_idempotency_ctx_t *ctx);
+
+
+static ngx_queue_t  ngx_http_idempotency_waiters[NGX_HTTP_IDEMPOTENCY_WAITERS];
+static ngx_uint_t   ngx_http_idempotency_waiters_ready;
+
+
+ngx_int_t
+ngx_http_idempotency_tier_lookup(ngx_http_idempotency_ctx_t *ctx)
+{
+    ngx_http_idempotency_store_t     *store;
+    ngx_http_idempotency_redis_op_t  *op;
+
+    store = ctx->conf->store;
+
+    if (store->cache && ngx_http_idempotency_tier_shm(ctx, 1) == NGX_OK) {
+        return NGX_OK;
+    }
+
+    if (store->redis_name.len == 0) {
+        return NGX_DECLINED;
+    }
+
+    op = ngx_http_idempotency_redis_get(store, ctx->key_hash);
+    if (op == NULL) {
+        return NGX_DECLINED;
+    }
+
+    op->handler = ngx_http_idempotency_tier_redis_done;
+    op->data = ctx;
+
+    ctx->redis_op = op;
+
+    return NGX_AGAIN;
+}
+
+
+static ngx_int_t
+ngx_http_idempotency_tier_shm(ngx_http_idempotency_ctx_t *ctx,
+    ngx_uint_t count)
+{
+    time_t                            expires;
+    ngx_int_t                         rc;
+    ngx_str_t                         data;
+    ngx_pool_t                       *pool;
+    const char                       *why;
+    ngx_http_request_t               *r;
+    ngx_http_idempotency_store_t     *store;
+    ngx_http_idempotency_counters_t  *counters;
+
+    r = ctx->request;
+    store = ctx->conf->store;
+    counters = ngx_http_idempotency_counters(store);
+
+    if (ngx_http_idempotency_cache_get(store->cache, ctx->key_hash,
+                                       r->connection->log, &pool, &data,
+                                       &expires)
+        != NGX_OK)
+    {
+        if (count) {
+            ngx_http_idempotency_count(counters, shm_misses);
+        }
+
+        return NGX_DECLINED;
+    }
+
+    rc = ngx_http_idempotency_entry_parse(pool, data.data, data.len,
+                                          &ctx->entry, &why);
+
+    if (rc != NGX_OK) {
+        /* only this module writes the zone: a bug, not an attack */
+
+        ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                      "idempotency store \"%V\": cache entry of key \"%V\" "
+                      "is unreadable (%s), ignored",
+                      &store->name, &ctx->key, why);
+        goto miss;
+    }
+
+    ctx->entry.expires = expires;
+
+    if (!ngx_http_idempotency_tier_usable(ctx)) {
+        goto miss;
+    }
+
+    ngx_http_idempotency_tier_keep(ctx, pool);
+    ctx->tier = NGX_HTTP_IDEMPOTENCY_TIER_SHM;
+
+    ngx_http_idempotency_count(counters, shm_hits);
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idempotency: key \"%V\" found in the cache zone",
+                   &ctx->key);
+
+    return NGX_OK;
+
+miss:
+
+    ngx_destroy_pool(pool);
+
+    if (count) {
+        ngx_http_idempotency_count(counters, shm_misses);
+    }
+
+    return NGX_DECLINED;
+}
+
+
+static void
+ngx_http_idempotency_tier_redis_done(ngx_http_idempotency_redis_op_t *op)
+{
+    ngx_int_t                         rc;
+    ngx_http_request_t               *r;
+    ngx_http_idempotency_ctx_t       *ctx;
+    ngx_http_idempotency_store_t     *store;
+    ngx_http_idempotency_counters_t  *counters;
+
+    ctx = op->data;
+    r = ctx->request;
+    store = ctx->conf->store;
+    counters = ngx_http_idempotency_counters(store);
+
+    ctx->redis_op = NULL;
+
+    rc = NGX_DECLINED;
+
+    switch (op->rc) {
+
+    case NGX_HTTP_IDEMPOTENCY_REDIS_OK:
+
+        if (op->value.data == NULL) {
+            ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                           "idempotency: key \"%V\" not in redis",
+                           &ctx->key);
+
+            ngx_http_idempotency_count(counters, redis_misses);
+            break;
+        }
+
+        rc = ngx_http_idempotency_tier_redis_entry(ctx, op);
+
+        if (rc == NGX_OK) {
+            ngx_http_idempotency_count(counters, redis_hits);
+
+        } else {
+            ngx_http_idempotency_count(counters, redis_misses);
+        }
+
+        break;
+
+    case NGX_HTTP_IDEMPOTENCY_REDIS_BAD:
+
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "idempotency store \"%V\" redis=%V: key \"%V\" holds "
+                      "no string, ignored",
+                      &store->name, &store->redis_name, &ctx->key);
+
+        ngx_http_idempotency_count(counters, redis_bad);
+        ngx_http_idempotency_count(counters, redis_misses);
+        break;
+
+    default:
+
+        /* the outage itself is logged once, by the Redis client */
+
+        ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idempotency: redis lookup of key \"%V\" failed (%ui)",
+                       &ctx->key, op->rc);
+
+        ngx_http_idempotency_count(counters, redis_errors);
+        break;
+    }
+
+    ngx_http_idempotency_lookup_done(ctx, rc);
+}
+
+
+static ngx_int_t
+ngx_http_idempotency_tier_redis_entry(ngx_http_idempotency_ctx_t *ctx,
+    ngx_http_idempotency_redis_op_t *op)
+{
+    time_t                            now, expires;
+    ngx_int_t                         rc;
+    const char                       *why;
+    ngx_http_request_t               *r;
+    ngx_http_idempotency_store_t     *store;
+    ngx_http_idempotency_counters_t  *counters;
+
+    r = ctx->request;
+    store = ctx->conf->store;
+    counters = ngx_http_idempotency_counters(store);
+
+    rc = ngx_http_idempotency_entry_parse(op->pool, op->value.data,
+                                          op->value.len, &ctx->entry, &why);
+
+    if (rc != NGX_OK) {
+        /* whoever wrote it, it is never replayed; MySQL answers, and its
+         * replay writes a good entry over it */
+
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "idempotency store \"%V\" redis=%V: value of key "
+                      "\"%V\" is %s (%uz bytes), ignored",
+                      &store->name, &store->redis_name, &ctx->key,
+                      why, op->value.len);
+
+        ngx_http_idempotency_count(counters, redis_bad);
+        return NGX_DECLINED;
+    }
+
+    /*
+     * The end of retention by Redis' own clock (PTTL), which the writer's
+     * clock cannot skew; the entry's own expiry only ever shortens it.
+     */
+
+    now = ngx_time();
+    expires = ctx->entry.expires;
+
+    if (op->pttl == -2) {
+        /* expired between the GET and the PTTL */
+        return NGX_DECLINED;
+    }
+
+    if (op->pttl >= 0) {
+        expires = ngx_min(expires, now + (time_t) (op->pttl / 1000));
+    }
+
+    if (expires <= now) {
+        return NGX_DECLINED;
+    }
+
+    ctx->entry.expires = expires;
+
+    if (!ngx_http_idempotency_tier_usable(ctx)) {
+        return NGX_DECLINED;
+    }
+
+    /* later duplicates on this nginx find it in the zone */
+
+    if (store->cache) {
+        ngx_http_idempotency_cache_put(store->cache, ctx->key_hash, expires,
+                                       op->value.data, op->value.len);
+    }
+
+    ngx_http_idempotency_tier_keep(ctx, op->pool);
+    op->pool = NULL;
+
+    ctx->tier = NGX_HTTP_IDEMPOTENCY_TIER_REDIS;
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idempotency: key \"%V\" found in redis", &ctx->key);
+
+    return NGX_OK;
+}
+
+
+/*
+ * An entry whose row fingerprint is unknown cannot say 422 or replay to
+ * a request that compares fingerprints: MySQL has to.
+ */
+
+static ngx_uint_t
+ngx_http_idempotency_tier_usable(ngx_http_idempotency_ctx_t *ctx)
+{
+    if (!ctx->conf->fingerprint
+        || (ctx->entry.flags & NGX_HTTP_IDEMPOTENCY_ENTRY_FP))
+    {
+        return 1;
+    }
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
+                   "idempotency: tier entry of key \"%V\" has no "
+                   "fingerprint, asking MySQL", &ctx->key);
+
+    return 0;
+}
+
+
+/* the replayed record points into the pool: it lives with the request */
+
+static void
+ngx_http_idempotency_tier_keep(ngx_http_idempotency_ctx_t *ctx,
+    ngx_pool_t *pool)
+{
+    if (ctx->replay_pool) {
+        ngx_destroy_pool(ctx->replay_pool);
+    }
+
+    ctx->replay_pool = pool;
+}
+
+
+void
+ngx_http_idempotency_tier_put(ngx_http_idempotency_store_t *store,
+    u_char *key_hash, ngx_uint_t flags, u_char *fingerprint, time_t expires,
+    ngx_chain_t *record, size_t len)
+{
+    u_char                           *data, *p;
+    size_t                            size;
+    time_t                            ttl;
+    ngx_chain_t                      *cl;
+    ngx_http_idempotency_counters_t  *counters;
+
+    if (store->cache == NULL && store->redis_name.len == 0) {
+        return;
+    }
+
+    /* whole seconds of retention left, as MySQL reported them */
+
+    ttl = expires - ngx_time();
+
+    if (ttl < 1) {
+        return;
+    }
+
+    size = NGX_HTTP_IDEMPOTENCY_ENTRY_HEAD_LEN + len;
+
+    data = ngx_alloc(size, ngx_cycle->log);
+    if (data == NULL) {
+        return;
+    }
+
+    p = ngx_http_idempotency_entry_head(data, flags, fingerprint, expires,
+                                        len);
+
+    for (cl = record; cl; cl = cl->next) {
+        p = ngx_cpymem(p, cl->buf->pos, cl->buf->last - cl->buf->pos);
+    }
+
+    if ((size_t) (p - data) != size) {
+        ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,
+                      "idempotency store \"%V\": entry of %uz bytes "
+                      "expected, %uz made, not cached",
+                      &store->name, size, (size_t) (p - data));
+        ngx_free(data);
+        return;
+    }
+
+    if (store->cache) {
+        ngx_http_idempotency_cache_put(store->cache, key_hash, expires,
+                                       data, size);
+    }
+
+    if (store->redis_name.len
+        && ngx_http_idempotency_redis_set(store, key_hash, data, size, ttl)
+           == NGX_OK)
+    {
+        counters = ngx_http_idempotency_counters(store);
+        ngx_http_idempotency_count(counters, redis_stores);
+    }
+
+    ngx_free(data);
+}
+
+
+void
+ngx_http_idempotency_tier_hold(ngx_http_idempotency_ctx_t *ctx,
+    ngx_msec_t delay)
+{
+    ngx_uint_t  i;
+
+    if (!ngx_http_idempotency_waiters_ready) {
+        for (i = 0; i < NGX_HTTP_IDEMPOTENCY_WAITERS; i++) {
+            ngx_queue_init(&ngx_http_idempotency_waiters[i]);
+        }
+
+        ngx_http_idempotency_waiters_ready = 1;
+    }
+
+    if (!ctx->held) {
+        ngx_queue_insert_tail(&ngx_http_idempotency_waiters[ctx->key_hash[0]],
+                              &ctx->waiter);
+        ctx->held = 1;
+    }
+
+    ctx->poll_at = ngx_current_msec + delay;
+
+    /* with a cache zone, a completion in another worker shows there */
+
+    if (ctx->conf->store->cache) {
+        delay = ngx_min(delay, NGX_HTTP_IDEMPOTENCY_TIER_PEEK);
+    }
+
+    ngx_add_timer(&ctx->wait_ev, delay);
+}
+
+
+ngx_int_t
+ngx_http_idempotency_tier_held(ngx_http_idempotency_ctx_t *ctx)
+{
+    ngx_msec_int_t  left;
+
+    if (ctx->conf->store->cache
+        && ngx_http_idempotency_tier_shm(ctx, 0) == NGX_OK)
+    {
+        ngx_http_idempotency_tier_unhold(ctx);
+        return NGX_OK;
+    }
+
+    left = (ngx_msec_int_t) (ctx->poll_at - ngx_current_msec);
+
+    if (!ctx->woken && left > 0) {
+        ngx_add_timer(&ctx->wait_ev,
+                      ngx_min((ngx_msec_t) left,
+                              NGX_HTTP_IDEMPOTENCY_TIER_PEEK));
+        return NGX_AGAIN;
+    }
+
+    /* time to poll, or woken by the owner's end: MySQL has the verdict */
+
+    ctx->woken = 0;
+    ngx_http_idempotency_tier_unhold(ctx);
+
+    return NGX_DECLINED;
+}
+
+
+void
+ngx_http_idempotency_tier_wake(ngx_http_idempotency_store_t *store,
+    u_char *key_hash)
+{
+    ngx_queue_t                 *head, *q;
+    ngx_http_idempotency_ctx_t  *ctx;
+
+    if (!ngx_http_idempotency_waiters_ready) {
+        return;
+    }
+
+    head = &ngx_http_idempotency_waiters[key_hash[0]];
+
+    /* only posts events: the list does not change while it is walked */
+
+    for (q = ngx_queue_head(head);
+         q != ngx_queue_sentinel(head);
+         q = ngx_queue_next(q))
+    {
+        ctx = ngx_queue_data(q, ngx_http_idempotency_ctx_t, waiter);
+
+        if (ctx->conf->store != store
+            || ctx->phase != NGX_HTTP_IDEMPOTENCY_PH_WAIT
+            || ngx_memcmp(ctx->key_hash, key_hash,
+                          NGX_HTTP_IDEMPOTENCY_HASH_LEN)
+               != 0)
+        {
+            continue;
+        }
+
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
+                       "idempotency: held duplicate of key \"%V\" woken",
+                       &ctx->key);
+
+        ctx->woken = 1;
+
+        if (ctx->wait_ev.timer_set) {
+            ngx_del_timer(&ctx->wait_ev);
+        }
+
+        if (!ctx->wait_ev.posted) {
+            ngx_post_event(&ctx->wait_ev, &ngx_posted_events);
+        }
+    }
+}
+
+
+void
+ngx_http_idempotency_tier_cleanup(ngx_http_idempotency_ctx_t *ctx)
+{
+    if (ctx->redis_op) {
+        ngx_http_idempotency_redis_detach(ctx->redis_op);
+        ctx->redis_op = NULL;
+    }
+
+    ngx_http_idempotency_tier_unhold(ctx);
+
+    if (ctx->wait_ev.posted) {
+        ngx_delete_posted_event(&ctx->wait_ev);
+    }
+}
+
+
+static void
+ngx_http_idempotency_tier_unhold(ngx_http_idempotency_ctx_t *ctx)
+{
+    if (ctx->held) {
+        ngx_queue_remove(&ctx->waiter);
+        ctx->held = 0;
+    }
+}

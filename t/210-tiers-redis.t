@@ -1,0 +1,750 @@
+# The Redis replay tier (idempotency_store ... redis=ADDR): a replay
+# served from Redis is the one MySQL serves, byte for byte, without a
+# MySQL round trip; the fingerprint is still checked; only completed
+# responses get there, with the key's remaining retention as TTL; a value
+# that is not a readable entry is never replayed.  Redis down, hung
+# (SIGSTOP) or restarted: requests go on through MySQL, each Redis
+# operation bounded by redis_timeout, one error line per outage, and the
+# module comes back by itself.
+#
+# Two Redis servers: the suite's (TEST_NGINX_REDIS_PORT, no password) and
+# a private one this file starts (with a password), which the outage
+# tests stop, hang and restart.  One worker, so that "one line per
+# outage" is one line.
+
+use lib 't';
+use Test::Nginx::Socket 'no_plan';
+use IdemTest;
+use TierTest;
+use Time::HiRes ();
+
+# the outage tests' redis_timeout: under valgrind even a healthy Redis
+# can look slower than 200 ms
+$ENV{TEST_NGINX_REDIS_TIMEOUT_MS} = $ENV{TEST_NGINX_USE_VALGRIND} ? 3000 : 200;
+
+# the private server, and a port where nothing listens
+$ENV{TEST_NGINX_REDIS2_PORT} = free_port();
+$ENV{TEST_NGINX_REDIS_DOWN_PORT} = free_port();
+start_redis($ENV{TEST_NGINX_REDIS2_PORT}, '--requirepass', 't210-pass');
+
+# an entry in the documented format (ngx_http_idempotency_entry.h), made
+# without the module's encoder
+sub entry {
+    my (%e) = @_;
+    my $fp = defined $e{fp} ? pack('H64', $e{fp}) : "\0" x 32;
+    return 'IDE' . pack('CCC3Q>a32N', $e{version} // 1, $e{flags} // 1,
+                        0, 0, 0, $e{expires} // time + 3600, $fp,
+                        $e{len} // length $e{record})
+           . $e{record};
+}
+
+sub r2 { redis_cmd($ENV{TEST_NGINX_REDIS2_PORT}, ['AUTH', 't210-pass'], @_) }
+
+no_shuffle();
+run_tests();
+
+__DATA__
+
+=== TEST 1: a Redis replay is byte-identical to a MySQL replay
+--- http_config eval
+TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}",
+                      plain => '')
+--- config
+    location /orders {
+        if ($http_x_via = plain) { rewrite ^ /plain$uri last; }
+        idempotency main;
+        proxy_pass http://backend;
+        add_header X-Idem $idempotency_status always;
+        add_header X-Tier $idempotency_tier always;
+    }
+    location /plain/ {
+        internal;
+        idempotency plain;
+        proxy_pass http://backend/;
+        add_header X-Idem $idempotency_status always;
+        add_header X-Tier $idempotency_tier always;
+    }
+--- init
+my %q = (key => 't210-1', uri => '/orders?cookies=2', body => 'x');
+my $r = http_req(%q);
+is($r->{status}, 201, 'first request executed');
+Time::HiRes::sleep(0.2);
+my $m = http_req(%q, headers => ['X-Via: plain']);
+is($m->{tier}, 'mysql', 'the store without tiers replays from MySQL');
+my $s = http_req(%q);
+is($s->{tier}, 'redis', 'the store with Redis replays from it');
+is(strip_volatile($s->{raw}), strip_volatile($m->{raw}),
+   'Redis replay and MySQL replay are byte-identical');
+--- more_headers
+Idempotency-Key: t210-1
+--- request
+POST /orders?cookies=2
+x
+--- error_code: 201
+--- response_headers
+X-Idem: replay
+X-Tier: redis
+Idempotent-Replayed: true
+Content-Type: application/json
+--- raw_response_headers_like: Set-Cookie: c1=v1; Path=/\r\nSet-Cookie: c2=v2; Path=/\r\n
+--- response_body_like: ^\{"order_id":"ord-\d+","key":"t210-1","execution":1,
+--- error_log
+idempotency: key "t210-1" found in redis
+--- no_error_log
+[error]
+[warn]
+
+
+
+=== TEST 2: a large response (many times hiredis' 16 KiB read) comes back whole
+--- http_config eval
+TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}")
+--- config
+    location /orders {
+        idempotency main;
+        idempotency_max_response_size 2m;
+        proxy_pass http://backend;
+        add_header X-Tier $idempotency_tier always;
+    }
+--- init
+my $r = http_req(key => 't210-2', uri => '/orders?size=500000', body => 'x');
+is($r->{status}, 201, 'executed');
+is(length $r->{body}, 500000, 'executed: whole body');
+Time::HiRes::sleep(0.3);
+--- more_headers
+Idempotency-Key: t210-2
+--- request
+POST /orders?size=500000
+x
+--- error_code: 201
+--- response_headers
+X-Tier: redis
+Idempotent-Replayed: true
+Content-Length: 500000
+--- response_body eval
+my $p = CORE::join('', map { chr($_ % 251) } 0 .. 250); substr($p x 2000, 0, 500000)
+--- no_error_log
+[error]
+
+
+
+=== TEST 3: the fingerprint is checked against the Redis entry: 422
+--- http_config eval
+TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}")
+--- config
+    location /orders {
+        idempotency main;
+        proxy_pass http://backend;
+        add_header X-Idem $idempotency_status always;
+        add_header X-Tier $idempotency_tier always;
+    }
+--- init
+is(http_req(key => 't210-3', body => 'first')->{status}, 201, 'executed');
+Time::HiRes::sleep(0.2);
+--- more_headers
+Idempotency-Key: t210-3
+--- request eval
+["POST /orders\nsecond", "POST /orders\nfirst"]
+--- error_code eval
+[422, 201]
+--- response_headers eval
+["X-Idem: mismatch\nX-Tier: redis", "X-Idem: replay\nX-Tier: redis"]
+--- response_body_like eval
+['"type":"urn:ngx-idempotency:problem:key-reused"', '"execution":1']
+--- no_error_log
+[error]
+
+
+
+=== TEST 4: the completion writes Redis with the retention left as TTL
+--- http_config eval
+TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}")
+--- config
+    location /orders {
+        idempotency main;
+        idempotency_ttl 1h;
+        proxy_pass http://backend;
+        add_header X-Tier $idempotency_tier always;
+    }
+--- init
+is(http_req(key => 't210-4', body => 'x')->{status}, 201, 'executed');
+Time::HiRes::sleep(0.2);
+my $ttl = redis_cmd($ENV{TEST_NGINX_REDIS_PORT}, 'TTL',
+                    redis_key('main', '', 't210-4'));
+cmp_ok($ttl, '>', 3590, "TTL $ttl close to the retention");
+cmp_ok($ttl, '<=', 3600, "TTL $ttl not above the retention");
+--- more_headers
+Idempotency-Key: t210-4
+--- request
+POST /orders
+x
+--- error_code: 201
+--- response_headers
+X-Tier: redis
+--- no_error_log
+[error]
+
+
+
+=== TEST 5: a replay that MySQL serves fills Redis, TTL = the retention left
+--- http_config eval
+TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}",
+                      plain => '')
+--- config
+    location /orders {
+        if ($http_x_via = plain) { rewrite ^ /plain$uri last; }
+        idempotency main;
+        idempotency_ttl 1h;
+        proxy_pass http://backend;
+        add_header X-Idem $idempotency_status always;
+        add_header X-Tier $idempotency_tier always;
+    }
+    location /plain/ {
+        internal;
+        idempotency plain;
+        idempotency_ttl 1h;
+        proxy_pass http://backend/;
+    }
+--- init
+is(http_req(key => 't210-5', body => 'x', headers => ['X-Via: plain'])->{status},
+   201, 'executed through the store without tiers');
+Time::HiRes::sleep(0.2);
+is(redis_cmd($ENV{TEST_NGINX_REDIS_PORT}, 'EXISTS',
+             redis_key('main', '', 't210-5')), 0, 'not in Redis yet');
+sleep 2;
+is(http_req(key => 't210-5', body => 'x')->{tier}, 'mysql', 'MySQL replays');
+Time::HiRes::sleep(0.2);
+my $ttl = redis_cmd($ENV{TEST_NGINX_REDIS_PORT}, 'TTL',
+                    redis_key('main', '', 't210-5'));
+cmp_ok($ttl, '>', 3585, "TTL $ttl: the retention left");
+cmp_ok($ttl, '<=', 3598, "TTL $ttl: not the whole retention");
+--- more_headers
+Idempotency-Key: t210-5
+--- request
+POST /orders
+x
+--- error_code: 201
+--- response_headers
+X-Idem: replay
+X-Tier: redis
+--- response_body_like: "execution":1,
+--- no_error_log
+[error]
+
+
+
+=== TEST 6: an entry in Redis is replayed without asking MySQL
+--- http_config eval
+TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}")
+--- config
+    location /orders {
+        idempotency main;
+        proxy_pass http://backend;
+        add_header X-Tier $idempotency_tier always;
+    }
+    location = /count { proxy_pass http://backend/__count; }
+--- init
+# no row in MySQL, no execution upstream: only Redis knows this key
+my $rec = IdemTest::record(202, [['Content-Type', 'text/plain'],
+                                 ['X-Seeded', 'one'], ['X-Seeded', 'two']],
+                           "from the entry\n");
+redis_cmd($ENV{TEST_NGINX_REDIS_PORT}, 'SET', redis_key('main', '', 't210-6'),
+          main::entry(record => $rec,
+                      fp => fingerprint('POST', '/orders', 'x')),
+          'EX', '600');
+--- more_headers eval
+["Idempotency-Key: t210-6", ""]
+--- request eval
+["POST /orders\nx", "GET /count?key=t210-6"]
+--- error_code eval
+[202, 200]
+--- response_headers eval
+["X-Tier: redis\nContent-Type: text/plain\nIdempotent-Replayed: true", ""]
+--- raw_response_headers_like eval
+["X-Seeded: one\r\nX-Seeded: two\r\n", ""]
+--- response_body_like eval
+["^from the entry\n\\z", '^0$']
+--- no_error_log
+[error]
+
+
+
+=== TEST 7: a value that is no entry is never replayed: a logged miss, MySQL answers
+--- http_config eval
+TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}")
+--- config
+    location /orders {
+        idempotency main;
+        proxy_pass http://backend;
+        add_header X-Idem $idempotency_status always;
+        add_header X-Tier $idempotency_tier always;
+    }
+--- init
+my $port = $ENV{TEST_NGINX_REDIS_PORT};
+my $key = redis_key('main', '', 't210-7');
+is(http_req(key => 't210-7', body => 'x')->{status}, 201, 'executed');
+Time::HiRes::sleep(0.2);
+my $rec = IdemTest::record(200, [], 'seeded, never to be replayed');
+my $fp = fingerprint('POST', '/orders', 'x');
+my @bad = (
+    ['garbage', 'not an entry (bad magic)'],
+    ['', 'not an entry (bad magic)'],
+    ["IDE\x01" . "\0" x 10, 'truncated entry'],
+    [main::entry(record => $rec, fp => $fp, len => length($rec) + 1),
+     'record length does not match'],
+    [main::entry(record => 'IDR1 not a record', fp => $fp), 'malformed record'],
+    [main::entry(record => $rec, fp => $fp, expires => 0), 'bad expiry'],
+    [main::entry(record => $rec, fp => $fp, flags => 0x80), 'unknown flags'],
+);
+for my $b (@bad) {
+    redis_cmd($port, 'SET', $key, $b->[0], 'EX', '600');
+    my $r = http_req(key => 't210-7', body => 'x');
+    is($r->{status}, 201, "$b->[1]: replayed");
+    is($r->{tier}, 'mysql', "$b->[1]: by MySQL");
+    like($r->{body}, qr/"execution":1,/, "$b->[1]: the executed response");
+    Time::HiRes::sleep(0.1);
+    is(http_req(key => 't210-7', body => 'x')->{tier}, 'redis',
+       "$b->[1]: the MySQL replay wrote a good entry over it");
+}
+redis_cmd($port, 'DEL', $key);
+redis_cmd($port, 'RPUSH', $key, 'a list');
+my $r = http_req(key => 't210-7', body => 'x');
+is($r->{tier}, 'mysql', 'a list under the key: MySQL replays');
+redis_cmd($port, 'DEL', $key);
+# the block: an entry of another format version
+redis_cmd($port, 'SET', $key, main::entry(version => 2, record => $rec, fp => $fp));
+--- more_headers
+Idempotency-Key: t210-7
+--- request
+POST /orders
+x
+--- error_code: 201
+--- response_headers
+X-Idem: replay
+X-Tier: mysql
+--- response_body_like: "execution":1,
+--- error_log eval
+qr/\[warn\].*redis=127\.0\.0\.1:\d+: value of key "t210-7" is an entry of another format version \(\d+ bytes\), ignored/
+--- no_error_log
+[error]
+
+
+
+=== TEST 8: an in-flight key is never written to Redis
+--- http_config eval
+TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}")
+--- config
+    location /orders {
+        idempotency main;
+        idempotency_lease 5s;
+        proxy_pass http://backend;
+        add_header X-Idem $idempotency_status always;
+        add_header X-Tier $idempotency_tier always;
+    }
+--- init
+my $key = redis_key('main', '', 't210-8');
+bg_request('POST', '/orders?delay=1500', 't210-8', 'x', 0.5);
+my $d = http_req(key => 't210-8', uri => '/orders?delay=1500', body => 'x');
+is($d->{status}, 409, 'in flight: 409');
+is($d->{tier}, 'mysql', 'in flight: decided by MySQL');
+is(redis_cmd($ENV{TEST_NGINX_REDIS_PORT}, 'EXISTS', $key), 0,
+   'in flight: nothing in Redis');
+Time::HiRes::sleep(1.8);
+is(redis_cmd($ENV{TEST_NGINX_REDIS_PORT}, 'EXISTS', $key), 1,
+   'completed: in Redis');
+--- more_headers
+Idempotency-Key: t210-8
+--- request
+POST /orders?delay=1500
+x
+--- error_code: 201
+--- response_headers
+X-Idem: replay
+X-Tier: redis
+--- no_error_log
+[error]
+
+
+
+=== TEST 9: the cache zone, then Redis, then MySQL; a Redis hit fills the zone
+--- http_config eval
+TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT} "
+                              . "cache=idem_t210:1m")
+--- config
+    location /orders {
+        idempotency main;
+        proxy_pass http://backend;
+        add_header X-Tier $idempotency_tier always;
+    }
+--- init
+my $rec = IdemTest::record(200, [['Content-Type', 'text/plain']], "seeded\n");
+redis_cmd($ENV{TEST_NGINX_REDIS_PORT}, 'SET', redis_key('main', '', 't210-9'),
+          main::entry(record => $rec, fp => fingerprint('POST', '/orders', 'x')),
+          'EX', '600');
+--- more_headers
+Idempotency-Key: t210-9
+--- request eval
+["POST /orders\nx", "POST /orders\nx", "POST /orders\nx"]
+--- error_code eval
+[200, 200, 200]
+--- response_headers eval
+["X-Tier: redis", "X-Tier: shm", "X-Tier: shm"]
+--- response_body eval
+["seeded\n", "seeded\n", "seeded\n"]
+--- no_error_log
+[error]
+
+
+
+=== TEST 10: an entry that does not know the row's fingerprint serves only requests that do not compare it
+--- http_config eval
+TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}",
+                      plain => '')
+--- config
+    location /orders {
+        if ($http_x_via = plain) { rewrite ^ /plain$uri last; }
+        if ($http_x_via = strict) { rewrite ^ /strict$uri last; }
+        idempotency main;
+        idempotency_fingerprint off;
+        proxy_pass http://backend;
+        add_header X-Idem $idempotency_status always;
+        add_header X-Tier $idempotency_tier always;
+    }
+    location /plain/ {
+        internal;
+        idempotency plain;
+        proxy_pass http://backend/;
+    }
+    location /strict/ {
+        internal;
+        idempotency main;
+        proxy_pass http://backend/;
+        add_header X-Idem $idempotency_status always;
+        add_header X-Tier $idempotency_tier always;
+    }
+--- init
+# executed with fingerprints compared: the row holds the real one
+is(http_req(key => 't210-fp', body => 'x', headers => ['X-Via: plain'])->{status},
+   201, 'executed');
+Time::HiRes::sleep(0.2);
+# a replay that did not compare: its entry cannot know the fingerprint
+my $r = http_req(key => 't210-fp', body => 'x');
+is($r->{tier}, 'mysql', 'replayed by MySQL, entry written');
+Time::HiRes::sleep(0.1);
+is(http_req(key => 't210-fp', body => 'other')->{tier}, 'redis',
+   'a request that does not compare is served by Redis');
+--- more_headers eval
+["Idempotency-Key: t210-fp\nX-Via: strict", "Idempotency-Key: t210-fp\nX-Via: strict"]
+--- request eval
+["POST /orders\nother", "POST /orders\nx"]
+--- error_code eval
+[422, 201]
+--- response_headers eval
+["X-Idem: mismatch\nX-Tier: mysql", "X-Idem: replay\nX-Tier: mysql"]
+--- no_error_log
+[error]
+
+
+
+=== TEST 11: the unix socket address, AUTH and SELECT
+--- http_config eval
+TierTest::tier_stores(
+    main => "redis=unix:$ENV{TEST_NGINX_REDIS_SOCKET}",
+    auth => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS2_PORT} "
+            . "redis_password=t210-pass redis_db=3")
+--- config
+    location /orders {
+        idempotency main;
+        proxy_pass http://backend;
+        add_header X-Tier $idempotency_tier always;
+    }
+    location /auth/ {
+        idempotency auth;
+        proxy_pass http://backend/;
+        add_header X-Tier $idempotency_tier always;
+    }
+--- init
+is(http_req(key => 't210-10', body => 'x')->{status}, 201, 'unix: executed');
+is(http_req(key => 't210-10a', uri => '/auth/x', body => 'x')->{status}, 201,
+   'auth: executed');
+Time::HiRes::sleep(0.2);
+my @in3 = main::r2(['SELECT', '3'],
+                  ['EXISTS', redis_key('auth', '', 't210-10a')]);
+is($in3[2], 1, 'stored in database 3');
+my @in0 = main::r2(['EXISTS', redis_key('auth', '', 't210-10a')]);
+is($in0[1], 0, 'not in database 0');
+--- more_headers eval
+["Idempotency-Key: t210-10", "Idempotency-Key: t210-10a"]
+--- request eval
+["POST /orders\nx", "POST /auth/x\nx"]
+--- error_code eval
+[201, 201]
+--- response_headers eval
+["X-Tier: redis", "X-Tier: redis"]
+--- no_error_log
+[error]
+
+
+
+=== TEST 12: Redis down: requests go on through MySQL, one error line
+--- http_config eval
+TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_DOWN_PORT} "
+                              . "redis_timeout=$ENV{TEST_NGINX_REDIS_TIMEOUT_MS}ms")
+--- config
+    location /orders {
+        idempotency main;
+        proxy_pass http://backend;
+        add_header X-Idem $idempotency_status always;
+        add_header X-Tier $idempotency_tier always;
+    }
+--- init
+is(http_req(key => 't210-11', body => 'x')->{status}, 201, 'executed');
+for (1 .. 4) {
+    my $r = http_req(key => 't210-11', body => 'x');
+    is($r->{tier}, 'mysql', 'replayed by MySQL');
+    Time::HiRes::sleep(0.15);
+}
+--- more_headers
+Idempotency-Key: t210-11
+--- request
+POST /orders
+x
+--- error_code: 201
+--- response_headers
+X-Idem: replay
+X-Tier: mysql
+--- grep_error_log eval
+qr/\[error\].*redis=127\.0\.0\.1:\d+: connect failed/
+--- grep_error_log_out eval
+qr/\A[^\n]*connect failed\n\z/
+
+
+
+=== TEST 13: Redis hangs (SIGSTOP): each request waits redis_timeout at most
+--- http_config eval
+TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS2_PORT} "
+                              . "redis_password=t210-pass redis_timeout=$ENV{TEST_NGINX_REDIS_TIMEOUT_MS}ms")
+--- config
+    location /orders {
+        idempotency main;
+        proxy_pass http://backend;
+        add_header X-Idem $idempotency_status always;
+        add_header X-Tier $idempotency_tier always;
+    }
+--- init
+my $port = $ENV{TEST_NGINX_REDIS2_PORT};
+is(http_req(key => 't210-12', body => 'x')->{status}, 201, 'executed');
+Time::HiRes::sleep(0.2);
+is(http_req(key => 't210-12', body => 'x')->{tier}, 'redis', 'from Redis');
+redis_signal($port, 'STOP');
+for (1 .. 5) {
+    my $r = http_req(key => 't210-12', body => 'x');
+    is($r->{status}, 201, 'hung: replayed');
+    is($r->{tier}, 'mysql', 'hung: by MySQL');
+    cmp_ok($r->{elapsed}, '<', 1, 'hung: bounded by redis_timeout')
+        unless $ENV{TEST_NGINX_USE_VALGRIND};
+    Time::HiRes::sleep(0.15);
+}
+--- more_headers
+Idempotency-Key: t210-12
+--- request
+POST /orders
+x
+--- error_code: 201
+--- response_headers
+X-Idem: replay
+X-Tier: mysql
+--- grep_error_log eval
+qr/\[error\].*redis=127\.0\.0\.1:\d+: lookup timed out: \d+ ms/
+--- grep_error_log_out eval
+qr/\A[^\n]*lookup timed out: $ENV{TEST_NGINX_REDIS_TIMEOUT_MS} ms\n\z/
+
+
+
+=== TEST 14: Redis hangs, then answers again: the module comes back by itself
+--- http_config eval
+TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS2_PORT} "
+                              . "redis_password=t210-pass redis_timeout=$ENV{TEST_NGINX_REDIS_TIMEOUT_MS}ms")
+--- config
+    location /orders {
+        idempotency main;
+        proxy_pass http://backend;
+        add_header X-Tier $idempotency_tier always;
+    }
+--- init
+my $port = $ENV{TEST_NGINX_REDIS2_PORT};
+redis_signal($port, 'CONT');
+is(http_req(key => 't210-13', body => 'x')->{status}, 201, 'executed');
+Time::HiRes::sleep(0.2);
+redis_signal($port, 'STOP');
+for (1 .. 4) {
+    is(http_req(key => 't210-13', body => 'x')->{tier}, 'mysql', 'hung: MySQL');
+    Time::HiRes::sleep(0.2);
+}
+redis_signal($port, 'CONT');
+my $r = wait_for_tier('redis', 15, key => 't210-13', body => 'x');
+is($r->{tier}, 'redis', 'Redis serves again');
+--- more_headers
+Idempotency-Key: t210-13
+--- request
+POST /orders
+x
+--- error_code: 201
+--- response_headers
+X-Tier: redis
+--- error_log eval
+qr/\[notice\].*redis=127\.0\.0\.1:\d+: reachable again/
+
+
+
+=== TEST 15: Redis restarted mid-run (empty): one error line, then it serves again
+--- http_config eval
+TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS2_PORT} "
+                              . "redis_password=t210-pass redis_timeout=$ENV{TEST_NGINX_REDIS_TIMEOUT_MS}ms")
+--- config
+    location /orders {
+        idempotency main;
+        proxy_pass http://backend;
+        add_header X-Tier $idempotency_tier always;
+    }
+--- init
+my $port = $ENV{TEST_NGINX_REDIS2_PORT};
+redis_signal($port, 'CONT');
+is(http_req(key => 't210-14', body => 'x')->{status}, 201, 'executed');
+Time::HiRes::sleep(0.2);
+is(http_req(key => 't210-14', body => 'x')->{tier}, 'redis', 'from Redis');
+stop_redis($port);
+for (1 .. 3) {
+    my $r = http_req(key => 't210-14', body => 'x');
+    is($r->{status}, 201, 'stopped: replayed');
+    is($r->{tier}, 'mysql', 'stopped: by MySQL');
+    Time::HiRes::sleep(0.15);
+}
+start_redis($port, '--requirepass', 't210-pass');
+my $r = wait_for_tier('redis', 15, key => 't210-14', body => 'x');
+is($r->{tier}, 'redis', 'the restarted Redis serves again');
+--- more_headers
+Idempotency-Key: t210-14
+--- request
+POST /orders
+x
+--- error_code: 201
+--- response_headers
+X-Tier: redis
+--- grep_error_log eval
+qr/\[error\].*redis=127\.0\.0\.1:\d+: [^;]*; replays are looked up in MySQL/
+--- grep_error_log_out eval
+qr/\A[^\n]*: connect failed: Connection refused; replays are looked up in MySQL\n\z/
+
+
+
+=== TEST 16: a wrong password: one error line, requests go on through MySQL
+--- http_config eval
+TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS2_PORT} "
+                              . "redis_password=not-the-one redis_timeout=$ENV{TEST_NGINX_REDIS_TIMEOUT_MS}ms")
+--- config
+    location /orders {
+        idempotency main;
+        proxy_pass http://backend;
+        add_header X-Tier $idempotency_tier always;
+    }
+--- init
+is(http_req(key => 't210-15', body => 'x')->{status}, 201, 'executed');
+for (1 .. 3) {
+    is(http_req(key => 't210-15', body => 'x')->{tier}, 'mysql', 'MySQL');
+    Time::HiRes::sleep(0.15);
+}
+--- more_headers
+Idempotency-Key: t210-15
+--- request
+POST /orders
+x
+--- error_code: 201
+--- response_headers
+X-Tier: mysql
+--- grep_error_log eval
+qr/\[error\].*handshake failed: WRONGPASS/
+--- grep_error_log_out eval
+qr/\A[^\n]*handshake failed: WRONGPASS\n\z/
+--- no_error_log
+not-the-one
+
+
+
+=== TEST 17: a client that leaves while Redis is asked leaves nothing behind
+--- http_config eval
+TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS2_PORT} "
+                              . "redis_password=t210-pass redis_timeout=$ENV{TEST_NGINX_REDIS_TIMEOUT_MS}ms")
+--- config
+    location /orders {
+        idempotency main;
+        proxy_pass http://backend;
+        add_header X-Tier $idempotency_tier always;
+    }
+--- init
+my $port = $ENV{TEST_NGINX_REDIS2_PORT};
+is(http_req(key => 't210-16', body => 'x')->{status}, 201, 'executed');
+Time::HiRes::sleep(0.2);
+redis_signal($port, 'STOP');
+my $r = http_req(key => 't210-16', body => 'x', timeout => 0.1);
+is($r->{status}, 0, 'the client gave up before an answer');
+# the lookup it left behind times out meanwhile
+Time::HiRes::sleep($ENV{TEST_NGINX_REDIS_TIMEOUT_MS} / 1000 + 0.5);
+--- more_headers
+Idempotency-Key: t210-16
+--- request
+POST /orders
+x
+--- error_code: 201
+--- response_headers
+X-Tier: mysql
+--- response_body_like: "execution":1,
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 18: redis_... parameters without redis=
+--- http_config eval
+TierTest::tier_stores(main => 'redis_db=2')
+--- config
+    location /t { idempotency main; }
+--- must_die
+--- error_log
+idempotency store "main" has "redis_..." parameters but no "redis=" server
+
+
+
+=== TEST 19: a bad Redis address
+--- http_config eval
+TierTest::tier_stores(main => 'redis=unix:')
+--- config
+    location /t { idempotency main; }
+--- must_die
+--- error_log
+invalid address "redis=unix:" in "idempotency_store", it must be IP:port, host:port or unix:/path
+
+
+
+=== TEST 20: a bad redis_timeout, never a password in the log
+--- http_config eval
+TierTest::tier_stores(main => 'redis=127.0.0.1:1 redis_timeout=0 redis_password=sekrit-redis')
+--- config
+    location /t { idempotency main; }
+--- must_die
+--- error_log
+invalid parameter "redis_timeout=0" in "idempotency_store"
+--- no_error_log
+sekrit-redis
+
+
+
+=== TEST 21: IPv6 is refused (the library would look it up as a name)
+--- http_config eval
+TierTest::tier_stores(main => 'redis=[::1]:6379')
+--- config
+    location /t { idempotency main; }
+--- must_die
+--- error_log
+"redis=[::1]:6379" of "idempotency_store" has no IPv4 address; use IPv4 or a unix socket

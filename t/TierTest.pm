@@ -1,0 +1,285 @@
+package TierTest;
+
+# Helpers for the replay tier tests (t/200-tiers-shm.t, t/210-tiers-redis.t):
+# a raw HTTP client that keeps the response byte for byte, a minimal Redis
+# client (RESP, binary safe), private redis-server instances a test can
+# stop, hang (SIGSTOP) and restart, and the configuration of the stores.
+
+use strict;
+use warnings;
+
+use Exporter ();
+our @ISA = ('Exporter');
+
+use File::Temp ();
+use IO::Select;
+use IO::Socket::INET;
+use POSIX ();
+use Time::HiRes ();
+
+use IdemTest ();
+
+our @EXPORT = qw(http_req strip_volatile redis_cmd redis_key free_port
+                 start_redis stop_redis redis_signal tier_stores
+                 wait_for_tier);
+
+# a request on its own connection; the whole response, as sent
+sub http_req {
+    my (%a) = @_;
+
+    my $method = $a{method} // 'POST';
+    my $uri = $a{uri} // '/orders';
+    my $body = $a{body} // '';
+    my $port = IdemTest::port();
+
+    my $t0 = Time::HiRes::time();
+
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port,
+                                  Timeout => 10)
+        or die "http_req: connect 127.0.0.1:$port: $!\n";
+
+    my $req = "$method $uri HTTP/1.1\r\nHost: localhost\r\n"
+            . "Connection: close\r\n";
+    $req .= "Idempotency-Key: $a{key}\r\n" if defined $a{key};
+    for my $h (@{$a{headers} // []}) {
+        $req .= "$h\r\n";
+    }
+    $req .= "Content-Length: " . length($body) . "\r\n\r\n$body";
+
+    print $s $req;
+
+    my $raw = '';
+    my $sel = IO::Select->new($s);
+    my $deadline = $t0 + ($a{timeout} // 30);
+
+    while (1) {
+        my $left = $deadline - Time::HiRes::time();
+        last if $left <= 0;
+        last unless $sel->can_read($left);
+        my $n = sysread($s, my $buf, 65536);
+        last unless $n;
+        $raw .= $buf;
+    }
+
+    close $s;
+
+    my ($head, $content) = split /\r\n\r\n/, $raw, 2;
+    $head //= '';
+    my ($status) = $head =~ m{^HTTP/1\.\d (\d+)};
+    my %h;
+    for my $line (split /\r\n/, $head) {
+        push @{$h{lc $1}}, $2 if $line =~ /^([^:]+):\s*(.*)$/;
+    }
+
+    return {
+        status  => $status // 0,
+        raw     => $raw,
+        body    => $content // '',
+        headers => \%h,
+        tier    => ($h{'x-tier'} // [''])->[0],
+        idem    => ($h{'x-idem'} // [''])->[0],
+        elapsed => Time::HiRes::time() - $t0,
+    };
+}
+
+# a response without what differs between any two responses (Date) and
+# without the test's own tier marker
+sub strip_volatile {
+    my ($raw) = @_;
+
+    $raw =~ s/^Date: [^\r\n]*\r\n//mg;
+    $raw =~ s/^X-Tier: [^\r\n]*\r\n//mg;
+
+    return $raw;
+}
+
+# one Redis command; returns the reply (+/: as a string, $ as the bytes or
+# undef, * as an array ref, - as "ERR: ...")
+sub redis_cmd {
+    my ($port, @args) = @_;
+
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port,
+                                  Timeout => 5)
+        or die "redis_cmd: connect 127.0.0.1:$port: $!\n";
+
+    my @replies;
+    my @cmds = ref $args[0] ? @args : (\@args);
+
+    for my $cmd (@cmds) {
+        my $out = '*' . scalar(@$cmd) . "\r\n";
+        $out .= '$' . length($_) . "\r\n$_\r\n" for @$cmd;
+        print $s $out;
+        push @replies, _redis_reply($s);
+    }
+
+    close $s;
+
+    return wantarray ? @replies : $replies[-1];
+}
+
+sub _redis_line {
+    my ($s) = @_;
+    my $line = '';
+    while (1) {
+        my $n = sysread($s, my $c, 1);
+        die "redis: connection closed\n" unless $n;
+        $line .= $c;
+        last if $line =~ /\r\n$/;
+    }
+    $line =~ s/\r\n$//;
+    return $line;
+}
+
+sub _redis_reply {
+    my ($s) = @_;
+    my $line = _redis_line($s);
+    my ($t, $v) = (substr($line, 0, 1), substr($line, 1));
+
+    return $v if $t eq '+' || $t eq ':';
+    return "ERR: $v" if $t eq '-';
+
+    if ($t eq '$') {
+        return undef if $v < 0;
+        my $data = '';
+        while (length($data) < $v + 2) {
+            my $n = sysread($s, my $buf, $v + 2 - length $data);
+            die "redis: connection closed\n" unless $n;
+            $data .= $buf;
+        }
+        return substr($data, 0, $v);
+    }
+
+    if ($t eq '*') {
+        return undef if $v < 0;
+        return [map { _redis_reply($s) } 1 .. $v];
+    }
+
+    die "redis: unexpected reply \"$line\"\n";
+}
+
+# the key the module uses for a (scope, key) of a store
+sub redis_key {
+    my ($store, $scope, $key) = @_;
+    return "idempotency:$store:" . IdemTest::key_hash($scope, $key);
+}
+
+sub free_port {
+    my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0,
+                                  Listen => 1, ReuseAddr => 1)
+        or die "free_port: $!\n";
+    my $port = $s->sockport;
+    close $s;
+    return $port;
+}
+
+my %redis;     # port => { pid, dir }
+my $owner = $$; # forked children must not stop the servers on exit
+
+# a private redis-server on $port (extra options as a list); returns its
+# pid once it answers
+sub start_redis {
+    my ($port, @opts) = @_;
+
+    my $dir = $redis{$port} ? $redis{$port}{dir}
+                            : File::Temp::tempdir('idem-redis-XXXXXX',
+                                                  TMPDIR => 1, CLEANUP => 1);
+    my @cmd = ('redis-server', '--port', $port, '--bind', '127.0.0.1',
+               '--save', '', '--appendonly', 'no', '--daemonize', 'yes',
+               '--pidfile', "$dir/redis.pid", '--logfile', "$dir/redis.log",
+               '--dir', $dir, @opts);
+
+    unlink "$dir/redis.pid";
+    system(@cmd) == 0 or die "start_redis: @cmd failed\n";
+
+    my $pass;
+    for (my $i = 0; $i < @opts; $i++) {
+        $pass = $opts[$i + 1] if $opts[$i] eq '--requirepass';
+    }
+
+    for (1 .. 100) {
+        my $pong = eval {
+            redis_cmd($port, $pass ? (['AUTH', $pass], ['PING']) : ('PING'))
+        };
+        if (defined $pong && $pong eq 'PONG' && -s "$dir/redis.pid") {
+            open my $fh, '<', "$dir/redis.pid" or die;
+            chomp(my $pid = <$fh>);
+            $redis{$port} = { pid => $pid, dir => $dir, opts => \@opts };
+            return $pid;
+        }
+        Time::HiRes::sleep(0.05);
+    }
+
+    die "start_redis: no answer on port $port\n";
+}
+
+sub redis_signal {
+    my ($port, $sig) = @_;
+    my $r = $redis{$port} or die "redis_signal: no redis on $port\n";
+    kill $sig, $r->{pid};
+}
+
+sub stop_redis {
+    my ($port) = @_;
+    my $r = $redis{$port} or return;
+
+    kill 'CONT', $r->{pid};
+    kill 'TERM', $r->{pid};
+
+    for (1 .. 100) {
+        last unless kill 0, $r->{pid};
+        Time::HiRes::sleep(0.05);
+    }
+
+    kill 'KILL', $r->{pid} if kill 0, $r->{pid};
+    delete $r->{pid};
+}
+
+END {
+    return unless $$ == $owner;
+
+    for my $port (keys %redis) {
+        stop_redis($port) if $redis{$port}{pid};
+    }
+}
+
+# "idempotency_store" lines for each (name => extra parameters) pair,
+# then the backend upstream
+sub tier_stores {
+    my (@stores) = @_;
+    my $out = '';
+
+    while (my ($name, $extra) = splice @stores, 0, 2) {
+        # under valgrind everything is slower than a Redis timeout expects
+        if ($ENV{TEST_NGINX_USE_VALGRIND} && $extra =~ /\bredis=/
+            && $extra !~ /\bredis_timeout=/)
+        {
+            $extra .= ' redis_timeout=5s';
+        }
+
+        $out .= "idempotency_store $name"
+              . " mysql=127.0.0.1:$ENV{TEST_NGINX_MYSQL_PORT}"
+              . " user=$ENV{TEST_NGINX_MYSQL_USER}"
+              . " password=$ENV{TEST_NGINX_MYSQL_PASSWORD}"
+              . " database=$ENV{TEST_NGINX_MYSQL_DB} $extra;\n";
+    }
+
+    return $out . "upstream backend { server 127.0.0.1:"
+                . "$ENV{TEST_NGINX_BACKEND_PORT}; }\n";
+}
+
+# repeats a request until its X-Tier says $tier (or $secs pass); returns
+# the last response
+sub wait_for_tier {
+    my ($tier, $secs, %req) = @_;
+    my $end = Time::HiRes::time() + $secs;
+    my $res;
+
+    while (1) {
+        $res = http_req(%req);
+        return $res if $res->{tier} eq $tier;
+        return $res if Time::HiRes::time() > $end;
+        Time::HiRes::sleep(0.1);
+    }
+}
+
+1;
