@@ -181,10 +181,37 @@ TEST_ENV = \
     PROVE_FLAGS='$(PROVE_FLAGS)'
 
 test: deps build services
+	@if [ "$(FUZZ_TEST_SECONDS)" != 0 ]; then fuzz/run.sh -t $(FUZZ_TEST_SECONDS); fi
 	@env $(TEST_ENV) scripts/run-tests.sh $(TEST_FILES)
 
 test-valgrind: deps build services
 	@env $(TEST_ENV) TEST_NGINX_USE_VALGRIND=1 scripts/run-tests.sh $(TEST_FILES)
+
+# race and fault harness (t/stress/): `make test` runs the short races;
+# `make stress` runs the long one (more than 10 000 racing duplicates) and
+# `make stress-short` the short races and the faults, both with figures
+.PHONY: stress stress-short
+
+stress: deps build services
+	@env $(TEST_ENV) IDEM_STRESS=long PROVE_FLAGS=-v scripts/run-tests.sh t/100-races.t
+
+stress-short: deps build services
+	@env $(TEST_ENV) PROVE_FLAGS=-v scripts/run-tests.sh t/100-races.t t/110-faults.t
+
+# fuzzing and sanitizers (fuzz/run.sh, scripts/asan.sh): `make fuzz` runs
+# each libFuzzer target FUZZ_SECONDS; `make test` runs them
+# FUZZ_TEST_SECONDS each first (0: skip); `make test-asan` runs the suite
+# with nginx and the module built with ASan + UBSan (build/asan/)
+FUZZ_SECONDS      ?= 300
+FUZZ_TEST_SECONDS ?= 20
+.PHONY: fuzz test-asan
+
+fuzz: deps
+	@fuzz/run.sh -t $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+test-asan: deps services
+	@scripts/asan.sh build
+	@env $(TEST_ENV) scripts/asan.sh test $(TEST_FILES)
 
 # ---------------------------------------------------------------- clean
 
