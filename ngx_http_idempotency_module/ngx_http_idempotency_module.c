@@ -494,7 +494,13 @@ ngx_http_idempotency_cstr(ngx_pool_t *pool, ngx_str_t *s)
         return NGX_ERROR;
     }
 
-    *ngx_cpymem(p, s->data, s->len) = '\0';
+    /* an absent parameter is { 0, NULL }: memcpy() may not see NULL */
+
+    if (s->len) {
+        ngx_memcpy(p, s->data, s->len);
+    }
+
+    p[s->len] = '\0';
     s->data = p;
 
     return NGX_OK;

@@ -128,6 +128,9 @@ sub tcp_proxy {
                 next;
             }
 
+            # its pair may have been closed earlier in this same round
+            next unless $peer{$fh};
+
             my $n = sysread($fh, my $buf, 65536);
             my $other = $peer{$fh};
 
