@@ -28,6 +28,7 @@ CC_OPT      ?= -Wextra -g -O2
 CUSTOM_CONF_FLAGS ?=
 
 MYSQL_PORT        ?= 3307
+MYSQL2_PORT       ?= 3308
 REDIS_PORT        ?= 6380
 DEMO_PORT         ?= 8080
 BACKEND_PORT      ?= 8081
@@ -36,6 +37,7 @@ TEST_FILES        ?= t/
 PROVE_FLAGS       ?=
 
 export IDEM_MYSQL_PORT := $(MYSQL_PORT)
+export IDEM_MYSQL2_PORT := $(MYSQL2_PORT)
 export IDEM_REDIS_PORT := $(REDIS_PORT)
 export NGINX_BIN
 
@@ -174,6 +176,8 @@ TEST_ENV = \
     TEST_NGINX_MYSQL_USER=idem \
     TEST_NGINX_MYSQL_PASSWORD=idem-secret \
     TEST_NGINX_MYSQL_DB=idempotency \
+    TEST_NGINX_MYSQL2_PORT=$(MYSQL2_PORT) \
+    TEST_NGINX_MYSQL2_SOCKET=$(BUILD)/services/mysql2.sock \
     TEST_NGINX_REDIS_HOST=127.0.0.1 \
     TEST_NGINX_REDIS_PORT=$(REDIS_PORT) \
     TEST_NGINX_REDIS_SOCKET=$(BUILD)/services/redis.sock \

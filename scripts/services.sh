@@ -9,6 +9,8 @@
 #
 # Environment (defaults in brackets):
 #   IDEM_MYSQL_PORT [3307]  IDEM_REDIS_PORT [6380]  IDEM_SERVICES_DIR [build/services]
+#   IDEM_MYSQL2_PORT [3308] a second MariaDB (build/services/shard2), the
+#                           second shard of the sharding tests; 0: none
 #   IDEM_START_TIMEOUT [60] seconds to wait for a server to answer
 
 set -euo pipefail
@@ -17,7 +19,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SVC=${IDEM_SERVICES_DIR:-$ROOT/build/services}
 case $SVC in /*) ;; *) SVC=$ROOT/$SVC ;; esac
 
-MYSQL_PORT=${IDEM_MYSQL_PORT:-3307}
+MYSQL1_PORT=${IDEM_MYSQL_PORT:-3307}
+MYSQL2_PORT=${IDEM_MYSQL2_PORT:-3308}
 REDIS_PORT=${IDEM_REDIS_PORT:-6380}
 START_TIMEOUT=${IDEM_START_TIMEOUT:-60}
 
@@ -26,10 +29,30 @@ MYSQL_USER=idem
 MYSQL_PASSWORD=idem-secret
 SCHEMA=$ROOT/mysql/schema.sql
 
-MY_DATA=$SVC/mysql-data
-MY_SOCK=$SVC/mysql.sock
-MY_PID=$SVC/mysql.pid
-MY_LOG=$SVC/mysql.log
+# mysql_use N: the MariaDB instance the mysql_* functions work on.
+# Instance 1 is the store of the suite and the demo; instance 2 is a
+# second, independent server for the shard tests.
+mysql_use() {
+    if [ "$1" = 1 ]; then
+        MY_DIR=$SVC MY_NAME=mysql MYSQL_PORT=$MYSQL1_PORT
+    else
+        MY_DIR=$SVC/shard2 MY_NAME=mysql2 MYSQL_PORT=$MYSQL2_PORT
+    fi
+    MY_DATA=$MY_DIR/mysql-data
+    MY_SOCK=$SVC/$MY_NAME.sock
+    MY_PID=$MY_DIR/mysql.pid
+    MY_LOG=$MY_DIR/mysql.log
+    mkdir -p "$MY_DIR"
+}
+
+mysql_each() {      # mysql_each FUNCTION: run it on every instance
+    local rc=0
+    mysql_use 1; "$1" || rc=1
+    if [ "$MYSQL2_PORT" != 0 ]; then
+        mysql_use 2; "$1" || rc=1
+    fi
+    return $rc
+}
 
 RD_SOCK=$SVC/redis.sock
 RD_PID=$SVC/redis.pid
@@ -155,13 +178,13 @@ mysql_schema() {
     local sum old=""
     [ -f "$SCHEMA" ] || { echo "services: warning: $SCHEMA missing, no table created" >&2; return 0; }
     sum=$(sha256sum < "$SCHEMA" | cut -d' ' -f1)
-    [ -f "$SVC/schema.sha256" ] && old=$(cat "$SVC/schema.sha256")
+    [ -f "$MY_DIR/schema.sha256" ] && old=$(cat "$MY_DIR/schema.sha256")
     if [ -n "$old" ] && [ "$old" != "$sum" ]; then
-        echo "mysql: mysql/schema.sql changed: recreating table idempotency_keys"
+        echo "$MY_NAME: mysql/schema.sql changed: recreating table idempotency_keys"
         my_root "$MYSQL_DB" -e 'DROP TABLE IF EXISTS idempotency_keys' || return 1
     fi
     my_root "$MYSQL_DB" < "$SCHEMA" || return 1
-    echo "$sum" > "$SVC/schema.sha256"
+    echo "$sum" > "$MY_DIR/schema.sha256"
 }
 
 mysql_start() {
@@ -170,8 +193,8 @@ mysql_start() {
     check_socket_path "$MY_SOCK"
 
     if pid=$(mysql_running); then
-        mysql_provision || die "mysql: provisioning failed"
-        echo "mysql: running (pid $pid, 127.0.0.1:$MYSQL_PORT, socket $MY_SOCK)"
+        mysql_provision || die "$MY_NAME: provisioning failed"
+        echo "$MY_NAME: running (pid $pid, 127.0.0.1:$MYSQL_PORT, socket $MY_SOCK)"
         return 0
     fi
 
@@ -183,9 +206,9 @@ mysql_start() {
             sleep 0.1
         done
         if ! my_ping; then
-            echo "mysql: pid $pid does not answer; killing it" >&2
+            echo "$MY_NAME: pid $pid does not answer; killing it" >&2
             kill "$pid" 2>/dev/null || true
-            wait_gone "$pid" 20 || die "mysql: cannot stop pid $pid"
+            wait_gone "$pid" 20 || die "$MY_NAME: cannot stop pid $pid"
         fi
     fi
 
@@ -194,18 +217,18 @@ mysql_start() {
         rm -f "$MY_PID" "$MY_SOCK" "$MY_SOCK.lock"
 
         if [ ! -d "$MY_DATA/mysql" ]; then
-            echo "mysql: initializing $MY_DATA"
-            rm -rf "$MY_DATA" "$SVC/schema.sha256" "$SVC/mysql.fresh"
+            echo "$MY_NAME: initializing $MY_DATA"
+            rm -rf "$MY_DATA" "$MY_DIR/schema.sha256" "$MY_DIR/mysql.fresh"
             mkdir -p "$MY_DATA"
             if ! "$INSTALL_DB" --no-defaults --datadir="$MY_DATA" \
                     --user="$(id -un)" --auth-root-authentication-method=normal \
                     --skip-test-db --skip-name-resolve \
-                    >"$SVC/mysql-install.log" 2>&1 9>&-; then
-                log_tail "$SVC/mysql-install.log"
+                    >"$MY_DIR/mysql-install.log" 2>&1 9>&-; then
+                log_tail "$MY_DIR/mysql-install.log"
                 rm -rf "$MY_DATA"
-                die "mysql: mariadb-install-db failed"
+                die "$MY_NAME: mariadb-install-db failed"
             fi
-            touch "$SVC/mysql.fresh"
+            touch "$MY_DIR/mysql.fresh"
         fi
 
         : > "$MY_LOG.start"
@@ -229,28 +252,28 @@ mysql_start() {
             if ! alive "$spid"; then
                 log_tail "$MY_LOG"
                 log_tail "$MY_LOG.start" 10
-                die "mysql: mariadbd exited during startup (port $MYSQL_PORT busy?)"
+                die "$MY_NAME: mariadbd exited during startup (port $MYSQL_PORT busy?)"
             fi
             my_ping && break
             sleep 0.1
         done
         if ! my_ping; then
             log_tail "$MY_LOG"
-            die "mysql: no answer on $MY_SOCK after ${START_TIMEOUT}s (pid $spid still running)"
+            die "$MY_NAME: no answer on $MY_SOCK after ${START_TIMEOUT}s (pid $spid still running)"
         fi
         # the pid file is written by mariadbd itself; make sure it is there
         [ -s "$MY_PID" ] || echo "$spid" > "$MY_PID"
         pid=$spid
         # mariadb-install-db also creates root@<hostname>, which only
         # produces warnings under --skip-name-resolve
-        if [ -f "$SVC/mysql.fresh" ]; then
+        if [ -f "$MY_DIR/mysql.fresh" ]; then
             my_root -N -e "SELECT CONCAT('DROP USER IF EXISTS ', QUOTE(user), '@', QUOTE(host), ';') FROM mysql.user WHERE host NOT IN ('localhost', '127.0.0.1', '::1', '%')" \
-                | my_root && rm -f "$SVC/mysql.fresh"
+                | my_root && rm -f "$MY_DIR/mysql.fresh"
         fi
     fi
 
-    mysql_provision || { log_tail "$MY_LOG"; die "mysql: provisioning failed"; }
-    echo "mysql: started (pid $pid, 127.0.0.1:$MYSQL_PORT, socket $MY_SOCK)"
+    mysql_provision || { log_tail "$MY_LOG"; die "$MY_NAME: provisioning failed"; }
+    echo "$MY_NAME: started (pid $pid, 127.0.0.1:$MYSQL_PORT, socket $MY_SOCK)"
 }
 
 mysql_stop() {
@@ -260,10 +283,10 @@ mysql_stop() {
         "$MYADMIN" --no-defaults --protocol=socket --socket="$MY_SOCK" -uroot \
             --connect-timeout=2 shutdown >/dev/null 2>&1 \
             || kill "$pid" 2>/dev/null || true
-        wait_gone "$pid" 30 || die "mysql: pid $pid did not stop"
-        echo "mysql: stopped (pid $pid)"
+        wait_gone "$pid" 30 || die "$MY_NAME: pid $pid did not stop"
+        echo "$MY_NAME: stopped (pid $pid)"
     else
-        echo "mysql: not running"
+        echo "$MY_NAME: not running"
     fi
     rm -f "$MY_PID" "$MY_SOCK" "$MY_SOCK.lock"
 }
@@ -272,22 +295,22 @@ mysql_status() {
     local pid
     need_mysql_bins
     if pid=$(mysql_running); then
-        echo "mysql: running (pid $pid, 127.0.0.1:$MYSQL_PORT, socket $MY_SOCK, user $MYSQL_USER/$MYSQL_PASSWORD, db $MYSQL_DB)"
+        echo "$MY_NAME: running (pid $pid, 127.0.0.1:$MYSQL_PORT, socket $MY_SOCK, user $MYSQL_USER/$MYSQL_PASSWORD, db $MYSQL_DB)"
         return 0
     elif pid=$(pid_of "$MY_PID" mariadbd || pid_of "$MY_PID" mysqld); then
-        echo "mysql: pid $pid alive but not answering on $MY_SOCK"
+        echo "$MY_NAME: pid $pid alive but not answering on $MY_SOCK"
     else
-        echo "mysql: stopped"
+        echo "$MY_NAME: stopped"
     fi
     return 1
 }
 
 mysql_reset() {
     need_mysql_bins
-    mysql_running >/dev/null || die "mysql: not running (scripts/services.sh start)"
+    mysql_running >/dev/null || die "$MY_NAME: not running (scripts/services.sh start)"
     my_root "$MYSQL_DB" -e 'TRUNCATE TABLE idempotency_keys' \
-        || die "mysql: TRUNCATE failed"
-    echo "mysql: table idempotency_keys truncated"
+        || die "$MY_NAME: TRUNCATE failed"
+    echo "$MY_NAME: table idempotency_keys truncated"
 }
 
 # ------------------------------------------------------------------ Redis
@@ -377,6 +400,7 @@ redis_reset() {
 # ------------------------------------------------------------------- main
 
 print_env() {
+    mysql_use 1
     cat <<EOF
 IDEM_MYSQL_HOST=127.0.0.1
 IDEM_MYSQL_PORT=$MYSQL_PORT
@@ -384,6 +408,8 @@ IDEM_MYSQL_SOCKET=$MY_SOCK
 IDEM_MYSQL_USER=$MYSQL_USER
 IDEM_MYSQL_PASSWORD=$MYSQL_PASSWORD
 IDEM_MYSQL_DB=$MYSQL_DB
+IDEM_MYSQL2_PORT=$MYSQL2_PORT
+IDEM_MYSQL2_SOCKET=$SVC/mysql2.sock
 IDEM_REDIS_HOST=127.0.0.1
 IDEM_REDIS_PORT=$REDIS_PORT
 IDEM_REDIS_SOCKET=$RD_SOCK
@@ -401,11 +427,13 @@ lock() {   # serialize concurrent start/stop/reset from several shells
 
 cmd=${1:-status}
 case $cmd in
-    start)   lock; mysql_start; redis_start ;;
-    stop)    lock; mysql_stop; redis_stop ;;
-    restart) lock; mysql_stop; redis_stop; mysql_start; redis_start ;;
-    reset)   lock; mysql_reset; redis_reset ;;
-    status)  rc=0; mysql_status || rc=1; redis_status || rc=1; exit $rc ;;
+    start)   lock; mysql_each mysql_start; redis_start ;;
+    stop)    lock; mysql_each mysql_stop; redis_stop ;;
+    restart) lock; mysql_each mysql_stop; redis_stop
+             mysql_each mysql_start; redis_start ;;
+    reset)   lock; mysql_each mysql_reset; redis_reset ;;
+    status)  rc=0; mysql_each mysql_status || rc=1
+             redis_status || rc=1; exit $rc ;;
     env)     print_env ;;
     *)       echo "usage: $0 start|stop|restart|status|reset|env" >&2; exit 2 ;;
 esac

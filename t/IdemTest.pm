@@ -13,8 +13,8 @@ use Exporter ();
 our @ISA = ('Exporter');
 use Test::Nginx::Socket ();
 
-our @EXPORT = qw(key_hash fingerprint sql bg_request store_config port
-                 record tcp_proxy);
+our @EXPORT = qw(key_hash fingerprint sql sql_at sql_root bg_request
+                 store_config port record tcp_proxy shard_of);
 
 for my $v (qw(MYSQL_PORT MYSQL_USER MYSQL_PASSWORD MYSQL_DB BACKEND_PORT)) {
     die "TEST_NGINX_$v is not set: run the suite with 'make test'\n"
@@ -61,18 +61,56 @@ sub fingerprint {
 sub sql {
     my ($stmt) = @_;
 
+    return sql_at($ENV{TEST_NGINX_MYSQL_PORT}, $stmt);
+}
+
+# the same as the module's user, on the server at 127.0.0.1:$port
+sub sql_at {
+    my ($port, $stmt) = @_;
+
+    return run_client(['-h', '127.0.0.1', '-P', $port,
+                       '-u', $ENV{TEST_NGINX_MYSQL_USER},
+                       "-p$ENV{TEST_NGINX_MYSQL_PASSWORD}"], $stmt);
+}
+
+# as root over a server's unix socket (schema, events, global settings);
+# $input, when given, is fed on stdin (a file of statements)
+sub sql_root {
+    my ($socket, $stmt, $input) = @_;
+
+    return run_client(['--protocol=socket', "--socket=$socket",
+                       '-u', 'root'], $stmt, $input);
+}
+
+sub run_client {
+    my ($args, $stmt, $input) = @_;
+
     my @cmd = ('mariadb', '--no-defaults', '--batch', '--skip-column-names',
-               '-h', '127.0.0.1', '-P', $ENV{TEST_NGINX_MYSQL_PORT},
-               '-u', $ENV{TEST_NGINX_MYSQL_USER},
-               "-p$ENV{TEST_NGINX_MYSQL_PASSWORD}",
-               $ENV{TEST_NGINX_MYSQL_DB}, '-e', $stmt);
+               @$args, $ENV{TEST_NGINX_MYSQL_DB},
+               defined $stmt ? ('-e', $stmt) : ());
+
+    if (defined $input) {
+        my $cmd = join ' ', map { "'$_'" } @cmd;
+        $cmd .= " < '$input'";
+        my $out = `$cmd`;
+        die "mariadb failed ($?): $input\n" if $?;
+        return $out // '';
+    }
 
     open my $fh, '-|', @cmd or die "cannot run mariadb: $!";
     local $/;
     my $out = <$fh>;
-    close $fh or die "mariadb failed ($?): $stmt\n";
+    close $fh or die "mariadb failed ($?): " . ($stmt // '') . "\n";
 
     return $out // '';
+}
+
+# the shard (0-based) a key lives on among $n mysql= servers: the first
+# four bytes of its key hash, big-endian, modulo $n (docs/design.md)
+sub shard_of {
+    my ($scope, $key, $n) = @_;
+
+    return hex(substr(key_hash($scope, $key), 0, 8)) % $n;
 }
 
 # a stored response record, format 1 (ngx_http_idempotency_record.h),
