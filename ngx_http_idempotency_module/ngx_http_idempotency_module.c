@@ -11,6 +11,7 @@
 #include "ngx_http_idempotency_redis.h"
 #include "ngx_http_idempotency_cache.h"
 #include "ngx_http_idempotency_tier.h"
+#include "ngx_http_idempotency_purge.h"
 
 
 #define NGX_HTTP_IDEMPOTENCY_MAX_RESPONSE  (256 * 1024 * 1024)
@@ -59,6 +60,7 @@ static void *ngx_http_idempotency_create_loc_conf(ngx_conf_t *cf);
 static char *ngx_http_idempotency_merge_loc_conf(ngx_conf_t *cf,
     void *parent, void *child);
 static ngx_int_t ngx_http_idempotency_init(ngx_conf_t *cf);
+static ngx_int_t ngx_http_idempotency_init_process(ngx_cycle_t *cycle);
 static void ngx_http_idempotency_exit_process(ngx_cycle_t *cycle);
 
 
@@ -181,7 +183,7 @@ ngx_module_t  ngx_http_idempotency_module = {
     NGX_HTTP_MODULE,                       /* module type */
     NULL,                                  /* init master */
     NULL,                                  /* init module */
-    NULL,                                  /* init process */
+    ngx_http_idempotency_init_process,     /* init process */
     NULL,                                  /* init thread */
     NULL,                                  /* exit thread */
     ngx_http_idempotency_exit_process,     /* exit process */
@@ -358,6 +360,33 @@ ngx_http_idempotency_store_block(ngx_conf_t *cf, ngx_command_t *cmd,
                 store->query_timeout = n;
             }
 
+            continue;
+        }
+
+        if (ngx_http_idempotency_param("purge")) {
+            if (v.len == 3 && ngx_strncmp(v.data, "off", 3) == 0) {
+                store->purge = 0;
+                continue;
+            }
+
+            n = ngx_parse_time(&v, 0);
+
+            if (n == NGX_ERROR || n < 1000) {
+                goto invalid;
+            }
+
+            store->purge = n;
+            continue;
+        }
+
+        if (ngx_http_idempotency_param("purge_batch")) {
+            n = ngx_atoi(v.data, v.len);
+
+            if (n == NGX_ERROR || n == 0 || n > 100000) {
+                goto invalid;
+            }
+
+            store->purge_batch = n;
             continue;
         }
 
@@ -712,6 +741,8 @@ ngx_http_idempotency_find_store(ngx_conf_t *cf, ngx_str_t *name)
     store->wait_queue = 256;
     store->connect_timeout = 1000;
     store->query_timeout = 2000;
+    store->purge = NGX_HTTP_IDEMPOTENCY_PURGE_INTERVAL;
+    store->purge_batch = NGX_HTTP_IDEMPOTENCY_PURGE_BATCH;
     store->redis_timeout = NGX_CONF_UNSET_MSEC;
     store->conf_file = cf->conf_file->file.name.data;
     store->conf_line = cf->conf_file->line;
@@ -1169,6 +1200,13 @@ ngx_http_idempotency_init(ngx_conf_t *cf)
     *h = ngx_http_idempotency_handler;
 
     return ngx_http_idempotency_filter_init(cf);
+}
+
+
+static ngx_int_t
+ngx_http_idempotency_init_process(ngx_cycle_t *cycle)
+{
+    return ngx_http_idempotency_purge_init(cycle);
 }
 
 

@@ -64,6 +64,8 @@ struct ngx_http_idempotency_store_s {
     ngx_uint_t                      wait_queue;
     ngx_msec_t                      connect_timeout;
     ngx_msec_t                      query_timeout;
+    ngx_msec_t                      purge;     /* interval, 0: off */
+    ngx_uint_t                      purge_batch;
 
     /* replay tiers (tier.h): only completed responses, never claims */
     ngx_shm_zone_t                 *cache;     /* cache=, or NULL */

@@ -159,6 +159,92 @@ ngx_http_idempotency_sql_release(ngx_http_idempotency_shard_t *shard,
 }
 
 
+/*
+ * The purge lease is a reserved row of the key table (key hash all zeros,
+ * never the SHA-256 of a real key, expiring in 9999), so that purging
+ * needs no other table or privilege and works the same on Galera, where
+ * GET_LOCK() is refused.  The statement takes the row over when its lease
+ * has ended or when it is ours already; SELECT tells which.
+ */
+
+static const char  ngx_http_idempotency_purge_lease_sql[] =
+    "SET @idem_purge := 1; "
+    "INSERT INTO `%V` (key_hash, state, owner, fingerprint, created_at, "
+    "lease_until, expires_at) VALUES (%s, 0, %s, %s, UTC_TIMESTAMP(3), "
+    "UTC_TIMESTAMP(3) + INTERVAL %M000 MICROSECOND, '9999-12-31') "
+    "ON DUPLICATE KEY UPDATE "
+    "owner = IF(@idem_purge := (owner = VALUES(owner) "
+    "OR lease_until <= UTC_TIMESTAMP(3)), VALUES(owner), owner), "
+    "lease_until = IF(@idem_purge, VALUES(lease_until), lease_until); "
+    "SELECT @idem_purge";
+
+
+ngx_http_idempotency_op_t *
+ngx_http_idempotency_sql_purge_lease(ngx_http_idempotency_shard_t *shard,
+    ngx_log_t *log, u_char *owner, ngx_msec_t lease)
+{
+    size_t                      size;
+    ngx_http_idempotency_op_t  *op;
+    u_char                      ow[NGX_HTTP_IDEMPOTENCY_HEX(16) + 1];
+    u_char                      zero[NGX_HTTP_IDEMPOTENCY_HEX(32) + 1];
+    u_char                      nul[NGX_HTTP_IDEMPOTENCY_HASH_LEN];
+
+    ngx_memzero(nul, sizeof(nul));
+
+    *ngx_http_idempotency_hex(ow, owner, 16) = '\0';
+    *ngx_http_idempotency_hex(zero, nul, sizeof(nul)) = '\0';
+
+    size = sizeof(ngx_http_idempotency_purge_lease_sql)
+           + shard->store->table.len + 2 * sizeof(zero) + sizeof(ow)
+           + NGX_INT64_LEN;
+
+    op = ngx_http_idempotency_op_create(shard, log, size);
+    if (op == NULL) {
+        return NULL;
+    }
+
+    op->name = "purge lease";
+    op->sql.len = ngx_sprintf(op->sql.data,
+                              ngx_http_idempotency_purge_lease_sql,
+                              &shard->store->table, zero, ow, zero, lease)
+                  - op->sql.data;
+
+    return op;
+}
+
+
+/*
+ * One batch: the oldest expired rows, never a key whose owner still holds
+ * a live lease.  InnoDB re-reads each row it locks, so a row reclaimed by
+ * a claim in the meantime no longer matches and stays.
+ */
+
+ngx_http_idempotency_op_t *
+ngx_http_idempotency_sql_purge(ngx_http_idempotency_shard_t *shard,
+    ngx_log_t *log, ngx_uint_t batch)
+{
+    ngx_http_idempotency_op_t  *op;
+
+    op = ngx_http_idempotency_op_create(shard, log, 256
+                                        + shard->store->table.len);
+    if (op == NULL) {
+        return NULL;
+    }
+
+    op->name = "purge";
+    op->sql.len = ngx_sprintf(op->sql.data,
+                              "DELETE FROM `%V` "
+                              "WHERE expires_at <= UTC_TIMESTAMP(3) "
+                              "AND (state <> 0 "
+                              "OR lease_until <= UTC_TIMESTAMP(3)) "
+                              "ORDER BY expires_at LIMIT %ui",
+                              &shard->store->table, batch)
+                  - op->sql.data;
+
+    return op;
+}
+
+
 ngx_int_t
 ngx_http_idempotency_sql_complete(ngx_pool_t *pool,
     ngx_http_idempotency_store_t *store, u_char *key_hash, u_char *owner,

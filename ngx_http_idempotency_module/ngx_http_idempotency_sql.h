@@ -49,6 +49,15 @@ ngx_http_idempotency_op_t *ngx_http_idempotency_sql_release(
     ngx_http_idempotency_shard_t *shard, ngx_log_t *log, u_char *key_hash,
     u_char *owner);
 
+/* takes or renews the purge lease; returns one field, "1" when held */
+ngx_http_idempotency_op_t *ngx_http_idempotency_sql_purge_lease(
+    ngx_http_idempotency_shard_t *shard, ngx_log_t *log, u_char *owner,
+    ngx_msec_t lease);
+
+/* deletes up to batch expired rows; op->affected_rows tells how many */
+ngx_http_idempotency_op_t *ngx_http_idempotency_sql_purge(
+    ngx_http_idempotency_shard_t *shard, ngx_log_t *log, ngx_uint_t batch);
+
 /*
  * The completion UPDATE, built in pool: with head == NULL the response is
  * recorded as executed but not stored.
