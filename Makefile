@@ -202,6 +202,12 @@ stress: deps build services
 stress-short: deps build services
 	@env $(TEST_ENV) PROVE_FLAGS=-v scripts/run-tests.sh t/100-races.t t/110-faults.t
 
+# first-request throughput with 1 vs 2 MySQL shards (docs/scale-out.md)
+.PHONY: bench-shards
+
+bench-shards: deps build services
+	@bench/shards.sh
+
 # fuzzing and sanitizers (fuzz/run.sh, scripts/asan.sh): `make fuzz` runs
 # each libFuzzer target FUZZ_SECONDS; `make test` runs them
 # FUZZ_TEST_SECONDS each first (0: skip); `make test-asan` runs the suite

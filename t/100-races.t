@@ -76,12 +76,9 @@ for my $sc (['one instance', [$ports[0]], $keys{one}, '/orders', $delay],
 }
 
 for my $n (@ngx) {
-    my @c = $n->crashes;
-    ok(!@c, "$n->{name}: no worker crashed") or diag(join "\n", @c);
-
-    my @bad = grep { /\[(alert|crit|emerg)\]/ } split /\n/, $n->error_log;
-    ok(!@bad, "$n->{name}: no alert/crit/emerg in error.log")
-        or diag(join "\n", @bad[0 .. ($#bad > 10 ? 10 : $#bad)]);
+    my @bad = $n->health;
+    ok(!@bad, "$n->{name}: no worker crash, no alert/crit/emerg")
+        or diag(join "\n", @bad);
 }
 
 my ($req, $dup, $exe, $c409, $rep) = (0) x 5;

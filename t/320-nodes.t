@@ -48,8 +48,8 @@ sub sql_at {
     return $out;
 }
 
-sub http_conf {
-    my ($i, $port) = @_;
+sub store {
+    my ($i) = @_;
 
     return "idempotency_store main mysql=127.0.0.1:$M[0]"
          . " mysql=127.0.0.1:$M[1]"
@@ -57,28 +57,7 @@ sub http_conf {
          . " password=" . ($ENV{TEST_NGINX_MYSQL_PASSWORD} || 'idem-secret')
          . " database=" . ($ENV{TEST_NGINX_MYSQL_DB} || 'idempotency')
          . " pool=32 wait_queue=4096 connect_timeout=5s query_timeout=20s"
-         . " purge=1s purge_batch=10 cache=nodes$i:1m;\n"
-         . <<"HTTP";
-    upstream backend {
-        server 127.0.0.1:$BACKEND_PORT;
-        keepalive 16;
-    }
-
-    server {
-        listen 127.0.0.1:$port backlog=4096;
-
-        proxy_http_version 1.1;
-        proxy_set_header Connection "";
-
-        location /orders {
-            idempotency main;
-            idempotency_lease 30s;
-            proxy_pass http://backend;
-            add_header X-Idem \$idempotency_status always;
-            add_header X-Tier \$idempotency_tier always;
-        }
-    }
-HTTP
+         . " purge=1s purge_batch=10 cache=nodes$i:1m;\n";
 }
 
 # expired rows on both shards before the instances start, for the purge
@@ -120,8 +99,8 @@ seed_expired($_, 35, 'first') for 0, 1;
 for my $i (0, 1) {
     push @ngx, IdemStress::Nginx->start(name => "node" . ($i + 1),
                                         port => $ports[$i],
-                                        http => http_conf($i + 1,
-                                                          $ports[$i]));
+                                        http => IdemStress::Races::nginx_http(
+                                            $ports[$i], store($i + 1)));
 }
 
 # ---------------------------------------------------------------- races
@@ -224,12 +203,9 @@ like($other->error_log,
      "$other->{name} logged it");
 
 for my $n (@ngx) {
-    my @c = $n->crashes;
-    ok(!@c, "$n->{name}: no worker crashed") or diag(join "\n", @c);
-
-    my @bad = grep { /\[(alert|crit|emerg)\]/ } split /\n/, $n->error_log;
-    ok(!@bad, "$n->{name}: no alert/crit/emerg in error.log")
-        or diag(join "\n", @bad[0 .. ($#bad > 10 ? 10 : $#bad)]);
+    my @bad = $n->health;
+    ok(!@bad, "$n->{name}: no worker crash, no alert/crit/emerg")
+        or diag(join "\n", @bad);
 }
 
 done_testing();

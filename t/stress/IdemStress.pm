@@ -824,6 +824,15 @@ sub crashes {
     return grep { !(/process (\d+) exited/ && $ok{$1}) } @lines;
 }
 
+# what went wrong in this instance: crashed workers and alert, crit or
+# emerg lines of its error log (at most 10 lines); empty when healthy
+sub health {
+    my ($self) = @_;
+    my @bad = ($self->crashes,
+               grep { /\[(alert|crit|emerg)\]/ } split /\n/, $self->error_log);
+    return @bad > 10 ? @bad[0 .. 9] : @bad;
+}
+
 sub stop {
     my ($self, $sig) = @_;
 

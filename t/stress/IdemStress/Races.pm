@@ -10,12 +10,16 @@ use warnings;
 use Time::HiRes qw(time sleep);
 use IdemStress;
 
+# $store_port: a MariaDB port, or a whole idempotency_store line
 sub nginx_http {
     my ($port, $store_port) = @_;
 
-    return store_line('main', $store_port, pool => 32, wait_queue => 4096,
-                      connect_timeout => '5s', query_timeout => '20s')
-    . <<"HTTP";
+    my $store = $store_port =~ /^\d+$/
+        ? store_line('main', $store_port, pool => 32, wait_queue => 4096,
+                     connect_timeout => '5s', query_timeout => '20s')
+        : $store_port;
+
+    return $store . <<"HTTP";
     upstream backend {
         server 127.0.0.1:$BACKEND_PORT;
         keepalive 16;
@@ -32,6 +36,7 @@ sub nginx_http {
             idempotency_lease 30s;
             proxy_pass http://backend;
             add_header X-Idem \$idempotency_status always;
+            add_header X-Tier \$idempotency_tier always;
         }
 
         location /wait {
