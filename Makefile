@@ -208,6 +208,19 @@ stress-short: deps build services
 bench-shards: deps build services
 	@bench/shards.sh
 
+# a 3-node MariaDB Galera cluster on loopback (scripts/galera.sh, ports
+# 13306-13308, build/galera/) and two nginx on two of its nodes racing the
+# same keys (t-galera/, not part of `make test`); the cluster is stopped
+# at the end, pass or fail
+GALERA_BACKEND_PORT ?= 13380
+.PHONY: test-galera
+
+test-galera: deps build
+	@rc=0; scripts/galera.sh start \
+	  && env $(TEST_ENV) TEST_NGINX_BACKEND_PORT=$(GALERA_BACKEND_PORT) \
+	       timeout -k 10 300 prove $(PROVE_FLAGS) -r t-galera/ \
+	  || rc=$$?; scripts/galera.sh stop; exit $$rc
+
 # fuzzing and sanitizers (fuzz/run.sh, scripts/asan.sh): `make fuzz` runs
 # each libFuzzer target FUZZ_SECONDS; `make test` runs them
 # FUZZ_TEST_SECONDS each first (0: skip); `make test-asan` runs the suite
@@ -238,4 +251,4 @@ distclean:
 
 help:
 	@sed -n '1,/^$$/p' Makefile | sed 's/^# \{0,1\}//'
-	@echo "targets: all build deps services run stop test test-valgrind clean distclean"
+	@echo "targets: all build deps services run stop test test-valgrind test-galera bench-shards clean distclean"
