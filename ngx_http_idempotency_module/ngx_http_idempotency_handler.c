@@ -35,6 +35,11 @@ static void ngx_http_idempotency_body_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_idempotency_claim(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx);
 static void ngx_http_idempotency_claim_done(ngx_http_idempotency_op_t *op);
+static ngx_int_t ngx_http_idempotency_claim_lost(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx);
+static void ngx_http_idempotency_reclaim_handler(ngx_event_t *ev);
+static ngx_int_t ngx_http_idempotency_hold(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx);
 static ngx_int_t ngx_http_idempotency_verdict(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op);
 static void ngx_http_idempotency_entry_verdict(ngx_http_request_t *r,
@@ -314,16 +319,20 @@ ngx_http_idempotency_claim_done(ngx_http_idempotency_op_t *op)
             return;
         }
 
+    } else if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR
+               && op->err == 1213)
+    {
+        if (ngx_http_idempotency_claim_lost(r, ctx) == NGX_AGAIN) {
+            return;
+        }
+
     } else if (ctx->tries < 3
-               && ((op->rc == NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR
-                    && op->err == 1213)
-                   || (op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK
-                       && op->nrows == 0)))
+               && op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK
+               && op->nrows == 0)
     {
         /*
-         * A Galera node lost a cross-node race at commit (1213), or the
-         * owner's release deleted the row between our INSERT and SELECT:
-         * either way claiming again reads (or wins) the current row.
+         * The owner's release deleted the row between our INSERT and
+         * SELECT: claiming again reads (or wins) the current row.
          */
 
         ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
@@ -344,13 +353,89 @@ ngx_http_idempotency_claim_done(ngx_http_idempotency_op_t *op)
 }
 
 
+/*
+ * The claim lost a race at commit: a Galera node answers 1213 (deadlock)
+ * when a write of the same key from another node was certified first, or
+ * when the applier of such a write aborted ours.  Another request holds
+ * the key, but its row may not be applied on this node yet, and claiming
+ * again at once tends to lose the same way.  So the claim runs again
+ * after a short, growing pause; it then reads (or wins) the row.  If the
+ * node keeps answering 1213, the key is busy elsewhere: the duplicate is
+ * held or gets 409, as for any key in progress.  This is never a store
+ * failure: with "idempotency_on_store_error pass" that would forward the
+ * request unprotected and could execute it twice.
+ */
+
+#define NGX_HTTP_IDEMPOTENCY_LOST_TRIES  8
+
+static ngx_int_t
+ngx_http_idempotency_claim_lost(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx)
+{
+    ngx_msec_t  delay;
+
+    if (ctx->tries < NGX_HTTP_IDEMPOTENCY_LOST_TRIES) {
+
+        /* 10 ms, doubling up to 320 ms: about 1 s for all the tries */
+
+        delay = (ngx_msec_t) 10 << ngx_min(ctx->tries ? ctx->tries - 1 : 0,
+                                           5);
+
+        ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idempotency: claim lost a race at commit (1213), "
+                       "claiming again in %M ms (try %ui)", delay,
+                       ctx->tries);
+
+        ctx->phase = NGX_HTTP_IDEMPOTENCY_PH_CLAIM;
+        ctx->wait_ev.handler = ngx_http_idempotency_reclaim_handler;
+        ctx->wait_ev.data = ctx;
+        ctx->wait_ev.log = r->connection->log;
+        ngx_add_timer(&ctx->wait_ev, delay);
+
+        return NGX_AGAIN;
+    }
+
+    ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                  "idempotency store \"%V\" mysql=%V: claim of key \"%V\" "
+                  "lost %ui races at commit (1213): the key is in progress "
+                  "elsewhere", &ctx->conf->store->name, &ctx->shard->name,
+                  &ctx->key, ctx->tries);
+
+    if (ngx_http_idempotency_hold(r, ctx) == NGX_AGAIN) {
+        return NGX_AGAIN;
+    }
+
+    ctx->problem = NGX_HTTP_IDEMPOTENCY_P_CONFLICT;
+    ctx->retry_after = 1;
+    ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
+                                 NGX_HTTP_IDEMPOTENCY_CONFLICT);
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_idempotency_reclaim_handler(ngx_event_t *ev)
+{
+    ngx_http_request_t          *r;
+    ngx_http_idempotency_ctx_t  *ctx;
+
+    ctx = ev->data;
+    r = ctx->request;
+
+    if (ngx_http_idempotency_claim(r, ctx) != NGX_OK) {
+        ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_ERROR,
+                                     NGX_HTTP_IDEMPOTENCY_ERROR);
+        ngx_http_idempotency_resume(r);
+    }
+}
+
+
 static ngx_int_t
 ngx_http_idempotency_verdict(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op)
 {
     ngx_int_t                         state, lease_ms, take, ttl_s;
     ngx_buf_t                         b;
-    ngx_msec_t                        delay;
     ngx_str_t                        *f;
     ngx_chain_t                       cl;
     ngx_http_idempotency_loc_conf_t  *ilcf;
@@ -473,23 +558,7 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
 
     /* in progress elsewhere: hold the duplicate, or answer 409 */
 
-    if (ilcf->wait
-        && (ngx_msec_int_t) (ctx->wait_until - ngx_current_msec) > 0)
-    {
-        ctx->poll_delay = ctx->poll_delay ? ngx_min(ctx->poll_delay * 2, 500)
-                                          : 25;
-        delay = ngx_min(ctx->poll_delay, ctx->wait_until - ngx_current_msec);
-
-        ctx->phase = NGX_HTTP_IDEMPOTENCY_PH_WAIT;
-        ctx->tries = 0;
-        ctx->wait_ev.handler = ngx_http_idempotency_wait_handler;
-        ctx->wait_ev.data = ctx;
-        ctx->wait_ev.log = r->connection->log;
-
-        /* woken by a completion in this worker, looks into the cache
-         * zone meanwhile, polls MySQL in delay ms */
-        ngx_http_idempotency_tier_hold(ctx, delay);
-
+    if (ngx_http_idempotency_hold(r, ctx) == NGX_AGAIN) {
         return NGX_AGAIN;
     }
 
@@ -503,6 +572,40 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
     ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
                                  NGX_HTTP_IDEMPOTENCY_CONFLICT);
     return NGX_OK;
+}
+
+
+/*
+ * A duplicate of a key in progress elsewhere is held while the
+ * idempotency_wait time lasts: woken by a completion in this worker, it
+ * looks into the cache zone meanwhile and polls MySQL in delay ms.
+ */
+
+static ngx_int_t
+ngx_http_idempotency_hold(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx)
+{
+    ngx_msec_t  delay;
+
+    if (!ctx->conf->wait
+        || (ngx_msec_int_t) (ctx->wait_until - ngx_current_msec) <= 0)
+    {
+        return NGX_DECLINED;
+    }
+
+    ctx->poll_delay = ctx->poll_delay ? ngx_min(ctx->poll_delay * 2, 500)
+                                      : 25;
+    delay = ngx_min(ctx->poll_delay, ctx->wait_until - ngx_current_msec);
+
+    ctx->phase = NGX_HTTP_IDEMPOTENCY_PH_WAIT;
+    ctx->tries = 0;
+    ctx->wait_ev.handler = ngx_http_idempotency_wait_handler;
+    ctx->wait_ev.data = ctx;
+    ctx->wait_ev.log = r->connection->log;
+
+    ngx_http_idempotency_tier_hold(ctx, delay);
+
+    return NGX_AGAIN;
 }
 
 
