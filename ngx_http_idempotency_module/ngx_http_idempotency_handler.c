@@ -34,6 +34,7 @@ static ngx_int_t ngx_http_idempotency_start(ngx_http_request_t *r,
 static void ngx_http_idempotency_body_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_idempotency_claim(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx);
+static ngx_int_t ngx_http_idempotency_token(ngx_http_idempotency_ctx_t *ctx);
 static void ngx_http_idempotency_claim_done(ngx_http_idempotency_op_t *op);
 static ngx_int_t ngx_http_idempotency_claim_lost(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx);
@@ -189,8 +190,7 @@ ngx_http_idempotency_start(ngx_http_request_t *r,
     }
 
     if (ngx_http_idempotency_key_hash(&scope, &ctx->key, ctx->key_hash)
-        != NGX_OK
-        || RAND_bytes(ctx->token, NGX_HTTP_IDEMPOTENCY_TOKEN_LEN) != 1)
+        != NGX_OK)
     {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
@@ -273,6 +273,10 @@ ngx_http_idempotency_claim(ngx_http_request_t *r,
         }
     }
 
+    if (ngx_http_idempotency_token(ctx) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     cl.key_hash = ctx->key_hash;
     cl.owner = ctx->token;
     cl.fingerprint = ctx->conf->fingerprint ? ctx->fingerprint : NULL;
@@ -295,6 +299,29 @@ ngx_http_idempotency_claim(ngx_http_request_t *r,
     r->read_event_handler = ngx_http_test_reading;
 
     ngx_http_idempotency_op_run(op);
+
+    return NGX_OK;
+}
+
+
+/*
+ * The owner token, drawn before the request's first claim and kept for
+ * its later ones: a duplicate that a tier answers never claims, and
+ * RAND_bytes() is one of the dearest steps of a replay.
+ */
+
+static ngx_int_t
+ngx_http_idempotency_token(ngx_http_idempotency_ctx_t *ctx)
+{
+    if (ctx->has_token) {
+        return NGX_OK;
+    }
+
+    if (RAND_bytes(ctx->token, NGX_HTTP_IDEMPOTENCY_TOKEN_LEN) != 1) {
+        return NGX_ERROR;
+    }
+
+    ctx->has_token = 1;
 
     return NGX_OK;
 }
@@ -326,7 +353,7 @@ ngx_http_idempotency_claim_done(ngx_http_idempotency_op_t *op)
             return;
         }
 
-    } else if (ctx->tries < 3
+    } else if (ctx->tries - ctx->lost < 3
                && op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK
                && op->nrows == 0)
     {
@@ -374,17 +401,18 @@ ngx_http_idempotency_claim_lost(ngx_http_request_t *r,
 {
     ngx_msec_t  delay;
 
-    if (ctx->tries < NGX_HTTP_IDEMPOTENCY_LOST_TRIES) {
+    ctx->lost++;
+
+    if (ctx->lost < NGX_HTTP_IDEMPOTENCY_LOST_TRIES) {
 
         /* 10 ms, doubling up to 320 ms: about 1 s for all the tries */
 
-        delay = (ngx_msec_t) 10 << ngx_min(ctx->tries ? ctx->tries - 1 : 0,
-                                           5);
+        delay = (ngx_msec_t) 10 << ngx_min(ctx->lost - 1, 5);
 
         ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                        "idempotency: claim lost a race at commit (1213), "
-                       "claiming again in %M ms (try %ui)", delay,
-                       ctx->tries);
+                       "claiming again in %M ms (lost %ui)", delay,
+                       ctx->lost);
 
         ctx->phase = NGX_HTTP_IDEMPOTENCY_PH_CLAIM;
         ctx->wait_ev.handler = ngx_http_idempotency_reclaim_handler;
@@ -399,7 +427,7 @@ ngx_http_idempotency_claim_lost(ngx_http_request_t *r,
                   "idempotency store \"%V\" mysql=%V: claim of key \"%V\" "
                   "lost %ui races at commit (1213): the key is in progress "
                   "elsewhere", &ctx->conf->store->name, &ctx->shard->name,
-                  &ctx->key, ctx->tries);
+                  &ctx->key, ctx->lost);
 
     if (ngx_http_idempotency_hold(r, ctx) == NGX_AGAIN) {
         return NGX_AGAIN;
@@ -599,6 +627,7 @@ ngx_http_idempotency_hold(ngx_http_request_t *r,
 
     ctx->phase = NGX_HTTP_IDEMPOTENCY_PH_WAIT;
     ctx->tries = 0;
+    ctx->lost = 0;
     ctx->wait_ev.handler = ngx_http_idempotency_wait_handler;
     ctx->wait_ev.data = ctx;
     ctx->wait_ev.log = r->connection->log;

@@ -45,7 +45,8 @@ typedef struct {
 
     ngx_http_idempotency_op_t         *op;         /* claim in flight */
     ngx_http_idempotency_op_t         *renew_op;
-    ngx_uint_t                         tries;
+    ngx_uint_t                         tries;      /* claims in a row */
+    ngx_uint_t                         lost;       /* of them: 1213 */
     ngx_msec_t                         wait_until;
     ngx_msec_t                         poll_delay;
     ngx_event_t                        wait_ev;
@@ -79,6 +80,7 @@ typedef struct {
     unsigned                           looked_up:1; /* tiers asked */
     unsigned                           held:1;     /* in the waiter list */
     unsigned                           woken:1;    /* by the owner's end */
+    unsigned                           has_token:1;
 
     u_char                key_hash[NGX_HTTP_IDEMPOTENCY_HASH_LEN];
     u_char                fingerprint[NGX_HTTP_IDEMPOTENCY_HASH_LEN];

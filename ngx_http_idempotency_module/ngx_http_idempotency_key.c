@@ -10,8 +10,28 @@
 #include "ngx_http_idempotency_key.h"
 
 
+static EVP_MD_CTX *ngx_http_idempotency_sha256(void);
 static ngx_int_t ngx_http_idempotency_digest_body(EVP_MD_CTX *md,
     ngx_http_request_t *r);
+
+
+/*
+ * One SHA-256 context per process, made on first use and reused by every
+ * hash.  With OpenSSL 3, EVP_sha256() in EVP_DigestInit_ex() fetches the
+ * implementation from the provider on every call (name lookups, locks),
+ * and a context made and freed per hash adds two allocations; together
+ * they cost more than hashing the key itself.  A worker hashes one thing
+ * at a time (the body's temp file is read synchronously), so one context
+ * is enough.
+ */
+
+static EVP_MD_CTX  *ngx_http_idempotency_md_ctx;
+
+#if (OPENSSL_VERSION_NUMBER >= 0x30000000L)
+static EVP_MD      *ngx_http_idempotency_md;
+#else
+static const EVP_MD  *ngx_http_idempotency_md;
+#endif
 
 
 ngx_int_t
@@ -156,10 +176,9 @@ ngx_int_t
 ngx_http_idempotency_key_hash(ngx_str_t *scope, ngx_str_t *key, u_char *out)
 {
     u_char       len[4];
-    ngx_int_t    rc;
     EVP_MD_CTX  *md;
 
-    md = EVP_MD_CTX_new();
+    md = ngx_http_idempotency_sha256();
     if (md == NULL) {
         return NGX_ERROR;
     }
@@ -171,41 +190,32 @@ ngx_http_idempotency_key_hash(ngx_str_t *scope, ngx_str_t *key, u_char *out)
     len[2] = (u_char) (scope->len >> 8);
     len[3] = (u_char) scope->len;
 
-    rc = NGX_ERROR;
-
-    if (EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1
-        && EVP_DigestUpdate(md, "idempotency-key/1", 17) == 1
+    if (EVP_DigestUpdate(md, "idempotency-key/1", 17) == 1
         && EVP_DigestUpdate(md, len, 4) == 1
         && EVP_DigestUpdate(md, scope->data, scope->len) == 1
         && EVP_DigestUpdate(md, key->data, key->len) == 1
         && EVP_DigestFinal_ex(md, out, NULL) == 1)
     {
-        rc = NGX_OK;
+        return NGX_OK;
     }
 
-    EVP_MD_CTX_free(md);
-
-    return rc;
+    return NGX_ERROR;
 }
 
 
 ngx_int_t
 ngx_http_idempotency_fingerprint(ngx_http_request_t *r, u_char *out)
 {
-    ngx_int_t    rc;
     EVP_MD_CTX  *md;
 
-    md = EVP_MD_CTX_new();
+    md = ngx_http_idempotency_sha256();
     if (md == NULL) {
         return NGX_ERROR;
     }
 
-    rc = NGX_ERROR;
-
     /* method and URI end with a NUL, which neither may contain */
 
-    if (EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1
-        && EVP_DigestUpdate(md, "idempotency-fp/1", 16) == 1
+    if (EVP_DigestUpdate(md, "idempotency-fp/1", 16) == 1
         && EVP_DigestUpdate(md, r->method_name.data, r->method_name.len)
            == 1
         && EVP_DigestUpdate(md, "", 1) == 1
@@ -215,12 +225,44 @@ ngx_http_idempotency_fingerprint(ngx_http_request_t *r, u_char *out)
         && ngx_http_idempotency_digest_body(md, r) == NGX_OK
         && EVP_DigestFinal_ex(md, out, NULL) == 1)
     {
-        rc = NGX_OK;
+        return NGX_OK;
     }
 
-    EVP_MD_CTX_free(md);
+    return NGX_ERROR;
+}
 
-    return rc;
+
+/* the process's SHA-256 context, initialized for a new hash */
+
+static EVP_MD_CTX *
+ngx_http_idempotency_sha256(void)
+{
+    if (ngx_http_idempotency_md == NULL) {
+#if (OPENSSL_VERSION_NUMBER >= 0x30000000L)
+        ngx_http_idempotency_md = EVP_MD_fetch(NULL, "SHA256", NULL);
+#else
+        ngx_http_idempotency_md = EVP_sha256();
+#endif
+        if (ngx_http_idempotency_md == NULL) {
+            return NULL;
+        }
+    }
+
+    if (ngx_http_idempotency_md_ctx == NULL) {
+        ngx_http_idempotency_md_ctx = EVP_MD_CTX_new();
+        if (ngx_http_idempotency_md_ctx == NULL) {
+            return NULL;
+        }
+    }
+
+    if (EVP_DigestInit_ex(ngx_http_idempotency_md_ctx,
+                          ngx_http_idempotency_md, NULL)
+        != 1)
+    {
+        return NULL;
+    }
+
+    return ngx_http_idempotency_md_ctx;
 }
 
 
