@@ -208,6 +208,15 @@ stress-short: deps build services
 bench-shards: deps build services
 	@bench/shards.sh
 
+# the benchmark (bench/, docs/benchmarks.md), not part of `make test`:
+# BENCH_ROUNDS, BENCH_DURATION, BENCH_CONNECTIONS, BENCH_THREADS and
+# BENCH_RSS_REQUESTS override its defaults (bench/run.sh lists them all)
+.PHONY: bench
+
+bench: deps build services
+	@bench/setup.sh
+	@bench/run.sh
+
 # a 3-node MariaDB Galera cluster on loopback (scripts/galera.sh, ports
 # 13306-13308, build/galera/) and two nginx on two of its nodes racing the
 # same keys (t-galera/, not part of `make test`); the cluster is stopped
@@ -251,4 +260,4 @@ distclean:
 
 help:
 	@sed -n '1,/^$$/p' Makefile | sed 's/^# \{0,1\}//'
-	@echo "targets: all build deps services run stop test test-valgrind test-galera bench-shards clean distclean"
+	@echo "targets: all build deps services run stop test test-valgrind test-galera bench clean distclean"

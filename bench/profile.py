@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""Instruction counts per request of the module's hot paths, under
+callgrind (deterministic, so before/after comparisons survive a noisy
+machine).  Used for the "Profile" section of docs/benchmarks.md.
+
+    python3 bench/profile.py [REQUESTS]
+
+Runs nginx with one process (`master_process off; daemon off;`) under
+valgrind --tool=callgrind with bench/nginx.conf.in, and the upstream of
+bench/upstream.js.  For each path (a replay answered by the shm cache, a
+replay answered by MySQL, a first request) it sends REQUESTS requests on
+one keep-alive connection after a warm-up, with the counters zeroed before
+and dumped after, and prints Ir per request: all of nginx, and inclusive
+in the module's phase handler, its filters, OpenSSL (RAND, EVP) and
+libmariadb.  Output files: build/bench/profile/callgrind.out.*.
+Needs the services (scripts/services.sh start); uses ports 18080-18090.
+"""
+
+import http.client
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import run  # noqa: E402  (bench/run.py: paths, config rendering, clients)
+
+P = os.path.join(run.OUT, 'profile')
+N = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
+
+PATHS = [
+    # name, port, prefix of keys, replay (keys sent before)?
+    ('shm replay', run.PORTS['shm'], 'pshm', True),
+    ('mysql replay', run.PORTS['mysql'], 'pmy', True),
+    ('first request (mysql)', run.PORTS['mysql'], 'pnew', False),
+    ('proxy_pass, no module', run.PORTS['proxy'], 'pprox', False),
+]
+KEYS = 200
+
+
+def send(port, prefix, n, start=0, cycle=None):
+    c = http.client.HTTPConnection('127.0.0.1', port, timeout=60)
+    for i in range(n):
+        k = (i % cycle) + 1 if cycle else start + i + 1
+        st = run.post(c, '%s-%d' % (prefix, k))
+        if st != 201:
+            raise SystemExit('profile: status %d on port %d' % (st, port))
+    c.close()
+
+
+def inclusive(out_file, patterns):
+    """inclusive Ir of the functions whose names match, from
+    callgrind_annotate --inclusive=yes"""
+    txt = subprocess.run(['callgrind_annotate', '--inclusive=yes',
+                          '--threshold=100', out_file],
+                         stdout=subprocess.PIPE, text=True).stdout
+    total, found = 0, {p: 0 for p in patterns}
+    for line in txt.splitlines():
+        line = line.strip()
+        if line.endswith('PROGRAM TOTALS'):
+            total = int(line.split()[0].replace(',', ''))
+            continue
+        parts = line.split(None, 2)
+        if len(parts) < 2 or not parts[0].replace(',', '').isdigit():
+            continue
+        ir = int(parts[0].replace(',', ''))
+        fn = line.split(None, 2)[-1]
+        for p in patterns:
+            # the biggest matching entry (callers include callees)
+            if (':' + p + ' ') in fn or fn.endswith(':' + p) \
+                    or (':' + p + "'") in fn:
+                found[p] = max(found[p], ir)
+    return total, found
+
+
+FUNCS = ['ngx_http_idempotency_handler', 'ngx_http_idempotency_body_filter',
+         'ngx_http_idempotency_header_filter', 'RAND_bytes_ex',
+         'EVP_DigestInit_ex', 'EVP_MD_CTX_free', 'EVP_MD_CTX_new',
+         'ngx_http_idempotency_key_hash', 'ngx_http_idempotency_fingerprint',
+         'ngx_http_idempotency_cache_get', 'mysql_real_query',
+         'ngx_http_idempotency_mysql_process']
+
+
+def main():
+    os.makedirs(P, exist_ok=True)
+    run.PREFIX = P
+    run.CFG['workers'] = 1
+    run.render_nginx('master_process off; daemon off;')
+    run.mysql_prepare_table()
+    run.reset_stores()
+    up = subprocess.Popen(['node', 'upstream.js', str(run.PORTS['upstream'])],
+                          cwd=run.BENCH, stdout=subprocess.DEVNULL)
+    run.wait_port(run.PORTS['upstream'], 'upstream')
+    vg = subprocess.Popen(
+        ['valgrind', '--tool=callgrind', '--dump-instr=no',
+         '--callgrind-out-file=' + os.path.join(P, 'callgrind.out.%p'),
+         run.NGINX_BIN, '-p', P + '/', '-c', 'nginx.conf'],
+        stdout=subprocess.DEVNULL, stderr=open(os.path.join(P, 'vg.log'),
+                                               'w'))
+    try:
+        run.wait_port(run.PORTS['shm'], 'nginx under valgrind', 120)
+        results = []
+        for name, port, prefix, replay in PATHS:
+            if replay:
+                send(port, prefix, KEYS)
+                send(port, prefix, KEYS, cycle=KEYS)     # warm
+            else:
+                send(port, prefix + 'w', KEYS)            # warm
+            time.sleep(0.5)
+            subprocess.run(['callgrind_control', '-z', str(vg.pid)],
+                           stdout=subprocess.DEVNULL, check=True)
+            if replay:
+                send(port, prefix, N, cycle=KEYS)
+            else:
+                send(port, prefix, N)
+            time.sleep(1)          # completions of the last requests
+            tag = name.split()[0] + ('-' + name.split()[1]
+                                     if len(name.split()) > 1 else '')
+            subprocess.run(['callgrind_control', '-d', tag, str(vg.pid)],
+                           stdout=subprocess.DEVNULL, check=True)
+            time.sleep(0.5)
+            dumps = sorted((f for f in os.listdir(P)
+                            if f.startswith('callgrind.out.%d.' % vg.pid)),
+                           key=lambda f: os.path.getmtime(
+                               os.path.join(P, f)))
+            total, found = inclusive(os.path.join(P, dumps[-1]), FUNCS)
+            results.append((name, total, found))
+        print('Ir per request (N=%d, callgrind, 1 nginx process)' % N)
+        for name, total, found in results:
+            print('%-24s all nginx %8.0f' % (name, total / N))
+            for f in FUNCS:
+                if found[f]:
+                    print('    %-40s %8.0f' % (f, found[f] / N))
+    finally:
+        vg.terminate()
+        try:
+            vg.wait(30)
+        except subprocess.TimeoutExpired:
+            vg.kill()
+        up.terminate()
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,542 @@
+"""docs/benchmarks.md and docs/benchmarks.png from build/bench/results/.
+
+Called by bench/run.py at the end of a run, or alone with
+`bench/run.sh report`.  Every figure, ratio and verdict is computed here
+from the raw per-round files; the prose around them is fixed.  The
+"Profile" section is kept from the existing docs/benchmarks.md (it is
+written by hand)."""
+
+import json
+import os
+import statistics
+import subprocess
+
+ORDER = [
+    ('return', 'return'), ('proxy', 'unique'), ('proxy', 'unique-c1'),
+    ('mysql', 'unique'), ('mysql', 'unique-c1'), ('mysql', 'replay'),
+    ('mysql', 'mix'),
+    ('redis', 'replay'), ('redis', 'mix'),
+    ('shm', 'replay'), ('shm', 'mix'),
+    ('express-idempotency', 'unique'), ('express-idempotency', 'unique-c1'),
+    ('express-idempotency', 'replay'),
+    ('node-idempotency', 'unique'), ('node-idempotency', 'unique-c1'),
+    ('node-idempotency', 'replay'),
+]
+NAME = {
+    'return': 'nginx `return`',
+    'proxy': 'nginx `proxy_pass`, no module',
+    'mysql': 'module, MySQL only',
+    'redis': 'module + Redis',
+    'shm': 'module + shm cache',
+    'express-idempotency': 'express-idempotency (Redis)',
+    'node-idempotency': '@node-idempotency/core (Redis)',
+}
+SHORT = {
+    'return': 'nginx return', 'proxy': 'nginx proxy_pass',
+    'mysql': 'module mysql', 'redis': 'module +redis', 'shm': 'module +shm',
+    'express-idempotency': 'express-idempotency',
+    'node-idempotency': 'node-idempotency',
+}
+MODULE = ('mysql', 'redis', 'shm')
+PEERS = ('express-idempotency', 'node-idempotency')
+PROFILE_MARK = '## Profile'
+CPU_PARTS = ('nginx', 'node', 'mariadb', 'redis', 'wrk')
+
+
+def load(results):
+    def j(name, default=None):
+        p = os.path.join(results, name)
+        if not os.path.exists(p):
+            return default
+        with open(p) as f:
+            return json.load(f)
+
+    rounds, i = [], 1
+    while os.path.exists(os.path.join(results, 'round-%d.json' % i)):
+        rounds.append(j('round-%d.json' % i))
+        i += 1
+    return {
+        'rounds': rounds, 'machine': j('machine.json', {}),
+        'config': j('config.json', {}), 'burst': j('burst.json', []),
+        'rss': j('rss.json'), 'elapsed': j('elapsed.json'),
+        'nginx_errors': j('nginx-errors.json', []),
+    }
+
+
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def aggregate(rounds):
+    """(system, workload) -> medians over the rounds"""
+    by = {}
+    for rnd in rounds:
+        for r in rnd:
+            by.setdefault((r['system'], r['workload']), []).append(r)
+    out = {}
+    for key, rs in by.items():
+        n = [max(r['wrk']['requests'], 1) for r in rs]
+        m = [r['mysql'] for r in rs]
+        a = {
+            'n_rounds': len(rs),
+            'rps': med(r['wrk']['rps'] for r in rs),
+            'rps_min': min(r['wrk']['rps'] for r in rs),
+            'rps_max': max(r['wrk']['rps'] for r in rs),
+            'p50': med(r['wrk']['p50_us'] / 1000 for r in rs),
+            'p99': med(r['wrk']['p99_us'] / 1000 for r in rs),
+            'requests': sum(r['wrk']['requests'] for r in rs),
+            'non2xx': sum(r['wrk']['err_status'] for r in rs),
+            'sockerr': sum(r['wrk']['socket_errors'] for r in rs),
+            'exec_per_req': med(
+                None if r['upstream_executions'] is None
+                else r['upstream_executions'] / k for r, k in zip(rs, n)),
+            # every SELECT the module sends rides in one round trip with
+            # the INSERT before it (the claim, the purge)
+            'mysql_rt': med((x['Questions'] - x['Com_select']) / k
+                            for x, k in zip(m, n)),
+            'mysql_q': med(x['Questions'] / k for x, k in zip(m, n)),
+            'com_insert': med(x['Com_insert'] / k for x, k in zip(m, n)),
+            'com_update': med(x['Com_update'] / k for x, k in zip(m, n)),
+            'com_delete': med(x['Com_delete'] / k for x, k in zip(m, n)),
+            'redis_cmd': med(r['redis_per_req'] for r in rs),
+            'redis_detail': {},
+            'rss': [(r['rss_before_kib'], r['rss_after_kib']) for r in rs
+                    if r['rss_before_kib']],
+            'cpu': {c: med(r.get('cpu_us_per_req', {}).get(c) for r in rs)
+                    for c in CPU_PARTS},
+            'busy': med(sum(r['cpu_seconds'].values()) /
+                        (r['wrk']['duration_us'] / 1e6)
+                        for r in rs if 'cpu_seconds' in r),
+        }
+        cmds = set()
+        for r in rs:
+            cmds |= set(r['redis'])
+        for c in sorted(cmds - {'info', 'flushdb'}):
+            a['redis_detail'][c] = med(r['redis'].get(c, 0) / k
+                                       for r, k in zip(rs, n))
+        out[key] = a
+    return out
+
+
+def f0(x):
+    return '—' if x is None else '{:,.0f}'.format(x)
+
+
+def f2(x):
+    return '—' if x is None else '%.2f' % x
+
+
+def pct(x):
+    return '—' if x is None else '%.0f %%' % (x * 100)
+
+
+def times(x):
+    return '—' if x is None else '%.1f×' % x
+
+
+def rss_cell(a):
+    if not a['rss']:
+        return '—'
+    # the last round's per-worker figures, MiB
+    before, after = a['rss'][-1]
+    parts = []
+    for pid in sorted(before):
+        b, e = before[pid], (after or {}).get(pid)
+        parts.append('%.1f→%s' % (b / 1024, '?' if e is None
+                                   else '%.1f' % (e / 1024)))
+    return ', '.join(parts)
+
+
+def best_peer(agg, workload):
+    cands = [(agg[(p, workload)]['rps'], p) for p in PEERS
+             if (p, workload) in agg]
+    return max(cands) if cands else (None, None)
+
+
+def verdict(ok):
+    return '**met**' if ok else '**missed**'
+
+
+def ratio(a, b):
+    return None if a is None or not b else a / b
+
+
+def generate(results, doc, png, bench_dir):
+    d = load(results)
+    if not d['rounds']:
+        raise SystemExit('bench: no results in %s' % results)
+    agg = aggregate(d['rounds'])
+    cfg, mach = d['config'], d['machine']
+    ret = agg.get(('return', 'return'), {}).get('rps')
+    prox = agg.get(('proxy', 'unique'), {})
+    peer_replay, peer_replay_name = best_peer(agg, 'replay')
+    peer_unique, peer_unique_name = best_peer(agg, 'unique')
+
+    L = []
+    w = L.append
+    w('# Benchmarks')
+    w('')
+    w('Generated by `%s` on %s (`bench/run.py`, `bench/report.py`); '
+      'do not edit by hand except the "Profile" section. Raw figures: '
+      '`build/bench/results/`.' % (cfg.get('command', 'make bench'),
+                                   mach.get('date', '?')))
+    w('')
+    w('What runs: one nginx (%d workers, `access_log off`) with a server per '
+      'system, in front of one tiny upstream (`bench/upstream.js`, a Node '
+      '`http` server answering 201 with a fixed 67-byte JSON body and '
+      'counting executions per key). The two peers run the *same* '
+      '`execute()` of `bench/upstream.js` inside express, behind their '
+      'middleware, with Redis as their store. wrk (%d threads, %d '
+      'connections, %d s per measurement after a %d s warm-up) POSTs a '
+      '52-byte JSON body with an `Idempotency-Key`:' % (
+          cfg.get('workers', 2), cfg.get('threads', 2),
+          cfg.get('connections', 64), cfg.get('duration', 10),
+          cfg.get('warmup', 1)))
+    w('')
+    w('- **unique**: a fresh key per request (`bench/lua/unique.lua`): '
+      'every request is a first request;')
+    w('- **replay**: %d keys sent once beforehand, then repeated '
+      '(`bench/lua/replay.lua`): every request is a duplicate;' %
+      cfg.get('keys', 1000))
+    w('- **unique-c1**: the same on a single connection (`wrk -t1 -c1`): '
+      'the latency of an unloaded system, without the queueing that '
+      'dominates p50 at %d connections;' % cfg.get('connections', 64))
+    w('- **mix**: %d %% fresh keys, the rest repeats of those %d keys '
+      '(`bench/lua/mix.lua`): a retry-heavy client population.' % (
+          cfg.get('mix_new_pct', 10), cfg.get('keys', 1000)))
+    w('')
+    w('Each figure is the median of %d rounds; a round measures every '
+      'system once, in an order that rotates from round to round, so slow '
+      'phases of the (shared, noisy) machine hit all systems alike. Error '
+      'counts are totals over all rounds. wrk, nginx, the upstream, the '
+      'peers, MariaDB and Redis all share the same %s-CPU machine, so every '
+      'system competes with its load generator for the CPUs.' % (
+          len(d['rounds']), mach.get('nproc', '?')))
+    w('')
+    w('## Results')
+    w('')
+    w('| system | workload | req/s | p50 ms | p99 ms | non-2xx | socket '
+      'errors | upstream executions / req | MySQL round trips / req | '
+      'Redis commands / req | worker RSS MiB before→after (last round) |')
+    w('|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|')
+    for key in ORDER:
+        if key not in agg:
+            continue
+        a = agg[key]
+        s = key[0]
+        w('| %s | %s | %s | %s | %s | %d | %d | %s | %s | %s | %s |' % (
+            NAME[s], key[1], f0(a['rps']), f2(a['p50']), f2(a['p99']),
+            a['non2xx'], a['sockerr'], f2(a['exec_per_req']),
+            f2(a['mysql_rt']) if s in MODULE else '—',
+            f2(a['redis_cmd']) if s in MODULE + PEERS else '—',
+            rss_cell(a) if s in MODULE else '—'))
+    w('')
+    w('![requests/s](benchmarks.png)')
+    w('')
+    w('"non-2xx" is wrk\'s count of responses with a status of 400 or more '
+      '(no 3xx occur). "upstream executions / req" is how often the '
+      'operation ran per request, from the upstream\'s counters: 1 for a '
+      'first request, 0 for a replay. The store columns are measured from '
+      'outside: the deltas of MariaDB\'s `SHOW GLOBAL STATUS` and of '
+      'Redis\'s `INFO commandstats` over the measurement, divided by the '
+      'requests. They are server-wide, so whatever else used the private '
+      'MariaDB and Redis at the same time (the test suite, when it runs '
+      'alongside) is counted too.')
+    w('')
+    w('MySQL round trips are `Questions − Com_select`: MariaDB counts each '
+      'statement of a multi-statement query in `Questions`, and the '
+      'module\'s only SELECTs travel in one round trip with the INSERT of '
+      'the claim. The raw per-request statement counts:')
+    w('')
+    w('| system | workload | Questions | Com_insert (claims) | Com_select | '
+      'Com_update (completions) | Com_delete | Redis commands |')
+    w('|---|---|--:|--:|--:|--:|--:|---|')
+    for key in ORDER:
+        if key not in agg or key[0] not in MODULE:
+            continue
+        a = agg[key]
+        rd = ', '.join('%s %.2f' % (c, v) for c, v in
+                       a['redis_detail'].items() if v >= 0.005) or '—'
+        w('| %s | %s | %s | %s | %s | %s | %s | %s |' % (
+            NAME[key[0]], key[1], f2(a['mysql_q']), f2(a['com_insert']),
+            f2(a['mysql_q'] - a['mysql_rt']), f2(a['com_update']),
+            f2(a['com_delete']), rd))
+    w('')
+
+    # --------------------------------------------------------------- cpu
+    if any(a['busy'] for a in agg.values()):
+        w('Where the CPU goes: CPU time per request (µs) of each process, '
+          'from `/proc/PID/stat` (wrk: its rusage) over the measurement. '
+          '"node" is the upstream for the nginx rows and the peer\'s own '
+          'process for the peers. "busy" is the CPU time of all of them '
+          'per second of wall time: the machine has %s CPUs.' %
+          mach.get('nproc', '?'))
+        w('')
+        w('| system | workload | nginx workers | node | MariaDB | Redis | '
+          'wrk | total | busy CPUs |')
+        w('|---|---|--:|--:|--:|--:|--:|--:|--:|')
+        for key in ORDER:
+            if key not in agg or agg[key]['busy'] is None:
+                continue
+            a = agg[key]
+            c = a['cpu']
+            tot = sum(v for v in c.values() if v is not None)
+            w('| %s | %s | %s | %s | %s | %s | %s | %s | %s |' % (
+                NAME[key[0]], key[1], f0(c['nginx']), f0(c['node']),
+                f0(c['mariadb']), f0(c['redis']), f0(c['wrk']), f0(tot),
+                f2(a['busy'])))
+        w('')
+
+    # ------------------------------------------------------------ ratios
+    w('## Ratios')
+    w('')
+    w('Replays against nginx `return` (%s req/s) and the faster peer\'s '
+      'replay (%s, %s req/s):' % (f0(ret), peer_replay_name or '—',
+                                   f0(peer_replay)))
+    w('')
+    w('| system | replay req/s | of nginx `return` | × faster peer | '
+      'mix req/s | mix of nginx `return` |')
+    w('|---|--:|--:|--:|--:|--:|')
+    for s in MODULE + PEERS:
+        a = agg.get((s, 'replay'))
+        if not a:
+            continue
+        m = agg.get((s, 'mix'), {}).get('rps')
+        w('| %s | %s | %s | %s | %s | %s |' % (
+            NAME[s], f0(a['rps']), pct(ratio(a['rps'], ret)),
+            times(ratio(a['rps'], peer_replay)), f0(m), pct(ratio(m, ret))))
+    w('')
+    w('First requests against plain `proxy_pass` (%s req/s, p50 %s ms) and '
+      'the faster peer\'s first requests (%s, %s req/s):' % (
+          f0(prox.get('rps')), f2(prox.get('p50')), peer_unique_name or '—',
+          f0(peer_unique)))
+    w('')
+    prox1 = agg.get(('proxy', 'unique-c1'), {})
+    w('| system | unique req/s | of `proxy_pass` | × faster peer | '
+      'p50 ms | added p50 ms | p50 ms, 1 connection | added p50 ms, '
+      '1 connection |')
+    w('|---|--:|--:|--:|--:|--:|--:|--:|')
+    for s in ('mysql',) + PEERS:
+        a = agg.get((s, 'unique'))
+        if not a:
+            continue
+        a1 = agg.get((s, 'unique-c1'), {})
+        w('| %s | %s | %s | %s | %s | %s | %s | %s |' % (
+            NAME[s], f0(a['rps']), pct(ratio(a['rps'], prox.get('rps'))),
+            times(ratio(a['rps'], peer_unique)), f2(a['p50']),
+            f2(a['p50'] - prox['p50'] if prox.get('p50') is not None
+               else None),
+            f2(a1.get('p50')),
+            f2(a1['p50'] - prox1['p50']
+               if a1.get('p50') is not None and prox1.get('p50') is not None
+               else None)))
+    w('')
+    if prox1:
+        w('Plain `proxy_pass` on one connection: p50 %s ms, p99 %s ms.' % (
+            f2(prox1.get('p50')), f2(prox1.get('p99'))))
+        w('')
+
+    # ----------------------------------------------------------- targets
+    w('## Targets')
+    w('')
+    w('| target | measured | verdict |')
+    w('|---|---|---|')
+    for s in MODULE:
+        a = agg.get((s, 'replay'))
+        if not a:
+            continue
+        r1 = ratio(a['rps'], ret)
+        r2 = ratio(a['rps'], peer_replay)
+        w('| replay ≥ 50 %% of nginx `return` (%s) | %s | %s |' % (
+            NAME[s], pct(r1), verdict(r1 is not None and r1 >= 0.5)))
+        w('| replay ≥ 5× the faster peer\'s replay (%s) | %s | %s |' % (
+            NAME[s], times(r2), verdict(r2 is not None and r2 >= 5)))
+    a = agg.get(('mysql', 'unique'))
+    if a:
+        r1 = ratio(a['rps'], prox.get('rps'))
+        r2 = ratio(a['rps'], peer_unique)
+        add = a['p50'] - prox['p50'] if prox.get('p50') is not None else None
+        w('| first request ≥ 40 %% of plain `proxy_pass` | %s | %s |' % (
+            pct(r1), verdict(r1 is not None and r1 >= 0.4)))
+        w('| first request ≥ 2× the faster peer\'s | %s | %s |' % (
+            times(r2), verdict(r2 is not None and r2 >= 2)))
+        w('| added p50 of a first request ≤ 1 ms over `proxy_pass`, '
+          'at %d connections | %s ms | %s |' % (
+              cfg.get('connections', 64), f2(add),
+              verdict(add is not None and add <= 1)))
+        a1 = agg.get(('mysql', 'unique-c1'))
+        p1 = agg.get(('proxy', 'unique-c1'))
+        if a1 and p1:
+            add1 = a1['p50'] - p1['p50']
+            w('| added p50 of a first request ≤ 1 ms over `proxy_pass`, '
+              'on 1 connection | %s ms | %s |' % (
+                  f2(add1), verdict(add1 <= 1)))
+    rss = d['rss']
+    if rss:
+        worst = max(abs(v) for v in rss['change_pct'].values()) \
+            if rss['change_pct'] else None
+        w('| worker RSS flat (±5 %%) over a %s-request replay run (shm '
+          'cache) | %s | %s |' % (
+              f0(rss['requests']),
+              ', '.join('%+.1f %%' % v for _, v in
+                        sorted(rss['change_pct'].items())),
+              verdict(worst is not None and worst <= 5)))
+    for b in d['burst']:
+        if b['system'] in MODULE:
+            w('| burst of %d identical requests: exactly one execution '
+              '(%s) | %d | %s |' % (b['requests'], NAME[b['system']],
+                                   b['executions'], verdict(
+                                       b['executions'] == 1)))
+    w('')
+
+    # ------------------------------------------------------------- burst
+    if d['burst']:
+        b0 = d['burst'][0]
+        w('## Correctness under a burst')
+        w('')
+        w('%d requests with the same key and the same body, released at '
+          'once (each on its own connection, after a barrier), while the '
+          'operation takes %d ms (`X-Bench-Delay`). Executions are counted '
+          'by the upstream for that key.' % (b0['requests'],
+                                              b0['delay_ms']))
+        w('')
+        w('| system | upstream executions | responses |')
+        w('|---|--:|---|')
+        for b in d['burst']:
+            w('| %s | %d | %s |' % (
+                NAME[b['system']], b['executions'],
+                ', '.join('%s× %s' % (n, st) for st, n in
+                          sorted(b['statuses'].items()))))
+        w('')
+        w('Plain `proxy_pass` shows what happens without any protection. '
+          'express-idempotency looks the key up (`GET`) and then writes it '
+          '(`SET`) in two separate Redis commands, so concurrent '
+          'duplicates that all miss the `GET` all run; '
+          '@node-idempotency/core claims with `SET NX`, and the module '
+          'with the UNIQUE key of its table.')
+        w('')
+
+    # --------------------------------------------------------------- rss
+    if rss:
+        w('## Worker memory over a long replay run')
+        w('')
+        w('The shm-cache configuration, replaying %d keys with wrk in '
+          'chunks of a few seconds until %s requests were answered (%s in '
+          '%.0f s). RSS (`VmRSS`) of each worker, after a warm-up:' % (
+              cfg.get('keys', 1000), f0(cfg.get('rss_requests')),
+              f0(rss['requests']), rss['seconds']))
+        w('')
+        w('| worker pid | before KiB | after KiB | change |')
+        w('|---|--:|--:|--:|')
+        for pid in sorted(rss['before_kib']):
+            b = rss['before_kib'][pid]
+            e = rss['after_kib'].get(pid)
+            w('| %s | %s | %s | %s |' % (
+                pid, f0(b), f0(e), '%+.1f %%' % rss['change_pct'][pid]
+                if pid in rss['change_pct'] else '—'))
+        samples = rss['samples']
+        w('')
+        w('Samples (requests so far: KiB per worker): ' + '; '.join(
+            '%s: %s' % (f0(s['requests']), '/'.join(
+                str(s['rss_kib'][p]) for p in sorted(s['rss_kib'])))
+            for s in samples) + '.')
+        errs = sum(s.get('non2xx', 0) + s.get('socket_errors', 0)
+                   for s in samples)
+        w('Errors during the run: %d.' % errs)
+        w('')
+        w('`VmRSS` also counts the pages of the shared 64 MB zone that a '
+          'worker has touched, so in the results table it grows while the '
+          'zone fills (the shm "mix" rows add 10 % new keys). This run '
+          'replays a fixed set of keys, so growth here would be the '
+          'workers\' own memory.')
+        w('')
+
+    # ------------------------------------------------------------ machine
+    w('## Machine')
+    w('')
+    lc = mach.get('lscpu', {})
+    w('- CPU: %s, %s CPU(s) (`nproc` %s), %s thread(s) per core%s' % (
+        lc.get('Model name', '?'), lc.get('CPU(s)', '?'),
+        mach.get('nproc', '?'), lc.get('Thread(s) per core', '?'),
+        ', hypervisor %s' % lc['Hypervisor vendor']
+        if 'Hypervisor vendor' in lc else ''))
+    w('- memory: %s; kernel: %s; OS: %s' % (
+        mach.get('memory', '?'), mach.get('kernel', '?'),
+        mach.get('os', '?')))
+    w('- %s; MariaDB %s; Redis %s; node %s; %s; %s; %s' % (
+        mach.get('nginx', '?'), mach.get('mariadb', '?'),
+        mach.get('redis', '?'), mach.get('node', '?'), mach.get('wrk', '?'),
+        mach.get('gnuplot', '?'), mach.get('python', '?')))
+    w('- npm packages (exact versions, `bench/node/package-lock.json`): ' +
+      ', '.join('%s %s' % kv for kv in
+                sorted(mach.get('npm_packages', {}).items())))
+    w('- load average when the run started: %s (other work was running '
+      'on the machine)' % mach.get('loadavg_start', '?'))
+    if d['elapsed']:
+        w('- the run took %.0f s' % d['elapsed']['seconds'])
+    w('')
+    w('MariaDB and Redis are the private instances of '
+      '`scripts/services.sh` (MariaDB with `innodb_flush_log_at_trx_commit=2`, '
+      'binary log off, 64 MB buffer pool; Redis without persistence). The '
+      'module uses its own table `%s` (the schema of `mysql/schema.sql`) '
+      'and Redis database %s; the peers use database %s. All three are '
+      'emptied before each round. The module stores use their defaults '
+      '(pool 16 per worker, fingerprint on); the peers run in one node '
+      'process each, as express applications usually do.' % (
+          'bench_keys', 7, 8))
+    w('')
+
+    # ---------------------------------------------------------- reproduce
+    w('## Reproduce')
+    w('')
+    w('    make bench                       # the defaults, as above')
+    w('    make bench BENCH_ROUNDS=1 BENCH_DURATION=3 BENCH_RSS_REQUESTS=100000')
+    w('    bench/run.sh report              # rewrite this page from '
+      'build/bench/results/')
+    w('    bench/run.sh serve               # only start the systems '
+      '(ports 18080-18092)')
+    w('')
+    w('`make bench` runs `deps`, `build` and `services` first, then '
+      '`bench/setup.sh` (installs `wrk` and `gnuplot-nox` when missing, '
+      '`npm ci` in `bench/node`), then `bench/run.sh`. Variables: '
+      '`BENCH_ROUNDS` (3), `BENCH_DURATION` (10 s), `BENCH_CONNECTIONS` '
+      '(64), `BENCH_THREADS` (2), `BENCH_RSS_REQUESTS` (1000000), '
+      '`BENCH_KEYS` (1000), `BENCH_BURST` (50), `BENCH_BURST_DELAY_MS` '
+      '(200), `BENCH_WARMUP` (1 s), `BENCH_WORKERS` (2). Ports: nginx '
+      '`return` 18080, `proxy_pass` 18081, the module 18082 (MySQL), '
+      '18083 (+ Redis), 18084 (+ shm); upstream 18090; peers 18091 and '
+      '18092. `make bench` is not part of `make test`.')
+    w('')
+    if d['nginx_errors']:
+        w('nginx logged %d error lines during the run (last: `%s`).' % (
+            len(d['nginx_errors']), d['nginx_errors'][-1][:200]))
+        w('')
+
+    # ------------------------------------------------------------ profile
+    profile = None
+    if os.path.exists(doc):
+        with open(doc) as f:
+            old = f.read()
+        i = old.find('\n' + PROFILE_MARK)
+        if i >= 0:
+            profile = old[i + 1:].rstrip('\n')
+    L.append(profile or PROFILE_MARK + '\n\n(not written yet)')
+    with open(doc, 'w') as f:
+        f.write('\n'.join(L) + '\n')
+
+    # -------------------------------------------------------------- chart
+    dat = os.path.join(results, 'plot.dat')
+    with open(dat, 'w') as f:
+        for key in ORDER:
+            if key not in agg or key[1] == 'unique-c1':
+                continue
+            a = agg[key]
+            grp = 0 if key[0] in ('return', 'proxy') else (
+                1 if key[0] in MODULE else 2)
+            label = SHORT[key[0]] + ('' if key[1] == 'return'
+                                     else ' ' + key[1])
+            f.write('"%s" %.1f %.1f %.1f %d\n' % (
+                label, a['rps'], a['rps_min'], a['rps_max'], grp))
+    subprocess.run(['gnuplot', '-e', "datafile='%s'; outfile='%s'" % (
+        dat, png), os.path.join(bench_dir, 'plot.gp')], check=True)
