@@ -243,6 +243,8 @@ mysql_start() {
             --innodb-log-file-size=32M \
             --innodb-flush-log-at-trx-commit=2 \
             --max-connections=500 \
+            --thread-handling=pool-of-threads \
+            --innodb-spin-wait-delay=0 \
             --character-set-server=utf8mb4 \
             --default-time-zone=+00:00 \
             </dev/null >>"$MY_LOG.start" 2>&1 9>&- &
