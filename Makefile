@@ -260,4 +260,6 @@ distclean:
 
 help:
 	@sed -n '1,/^$$/p' Makefile | sed 's/^# \{0,1\}//'
-	@echo "targets: all build deps services run stop test test-valgrind test-galera bench clean distclean"
+	@echo "targets: all build deps services run stop test test-valgrind" \
+	      "stress stress-short fuzz test-asan test-galera bench" \
+	      "bench-shards clean distclean"

@@ -471,13 +471,15 @@ def generate(results, doc, png, bench_dir):
     w('- npm packages (exact versions, `bench/node/package-lock.json`): ' +
       ', '.join('%s %s' % kv for kv in
                 sorted(mach.get('npm_packages', {}).items())))
-    w('- load average when the run started: %s (other work was running '
-      'on the machine)' % mach.get('loadavg_start', '?'))
+    w('- load average when the run started: %s (`/proc/loadavg`; the '
+      'averages also count the minutes before the run)'
+      % mach.get('loadavg_start', '?'))
     if d['elapsed']:
         w('- the run took %.0f s' % d['elapsed']['seconds'])
     w('')
     w('MariaDB and Redis are the private instances of '
       '`scripts/services.sh` (MariaDB with `innodb_flush_log_at_trx_commit=2`, '
+      'the thread pool, `innodb_spin_wait_delay=0`, '
       'binary log off, 64 MB buffer pool; Redis without persistence). The '
       'module uses its own table `%s` (the schema of `mysql/schema.sql`) '
       'and Redis database %s; the peers use database %s. All three are '
