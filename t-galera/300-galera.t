@@ -349,7 +349,7 @@ for my $i (0, 1) {
     $nother += grep { /mysql (?!claim)\w+ finished: rc=\d+ err=1213\b/ }
                @lines;
     for (@lines) {
-        if (/claiming again in \d+ ms \(try (\d+)\)/) {
+        if (/claiming again in \d+ ms \(lost (\d+)\)/) {
             $nagain++;
             $try{$1}++;
         }
@@ -390,7 +390,7 @@ diag(sprintf("galera: %d conflicts reported by the nodes"
              . " %d other statements; %d completion writes retried;"
              . " %.1fs in all",
              $nconf, $n1213, $nagain,
-             join(', ', map { "try $_: $try{$_}" } sort { $a <=> $b }
+             join(", ", map { "lost $_: $try{$_}" } sort { $a <=> $b }
                         keys %try) || '-',
              $ngiveup, $nother, $retried, time - $t0));
 
