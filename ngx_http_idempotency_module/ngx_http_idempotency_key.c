@@ -316,3 +316,24 @@ ngx_http_idempotency_digest_body(EVP_MD_CTX *md, ngx_http_request_t *r)
 
     return NGX_OK;
 }
+
+
+/* process exit: the module is unloaded after this, and so are the
+ * pointers to the context */
+
+void
+ngx_http_idempotency_key_exit(void)
+{
+    if (ngx_http_idempotency_md_ctx) {
+        EVP_MD_CTX_free(ngx_http_idempotency_md_ctx);
+        ngx_http_idempotency_md_ctx = NULL;
+    }
+
+#if (OPENSSL_VERSION_NUMBER >= 0x30000000L)
+    if (ngx_http_idempotency_md) {
+        EVP_MD_free(ngx_http_idempotency_md);
+    }
+#endif
+
+    ngx_http_idempotency_md = NULL;
+}

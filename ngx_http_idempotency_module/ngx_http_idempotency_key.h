@@ -34,5 +34,8 @@ ngx_int_t ngx_http_idempotency_key_hash(ngx_str_t *scope, ngx_str_t *key,
 ngx_int_t ngx_http_idempotency_fingerprint(ngx_http_request_t *r,
     u_char *out);
 
+/* frees the process's SHA-256 context (worker exit) */
+void ngx_http_idempotency_key_exit(void);
+
 
 #endif /* _NGX_HTTP_IDEMPOTENCY_KEY_H_INCLUDED_ */

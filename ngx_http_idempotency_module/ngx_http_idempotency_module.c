@@ -12,6 +12,7 @@
 #include "ngx_http_idempotency_cache.h"
 #include "ngx_http_idempotency_tier.h"
 #include "ngx_http_idempotency_purge.h"
+#include "ngx_http_idempotency_key.h"
 
 
 #define NGX_HTTP_IDEMPOTENCY_MAX_RESPONSE  (256 * 1024 * 1024)
@@ -1215,4 +1216,5 @@ ngx_http_idempotency_exit_process(ngx_cycle_t *cycle)
 {
     ngx_http_idempotency_redis_exit(cycle);
     ngx_http_idempotency_mysql_exit(cycle);
+    ngx_http_idempotency_key_exit();
 }
