@@ -6,6 +6,10 @@
 --
 -- state: 0 in progress (owner holds a lease), 1 completed (response
 -- stored), 2 completed but the response was too large to store.
+--
+-- One row is not a key: the purge lease (key_hash of 32 zero bytes,
+-- expires_at in 9999), which the nginx that purges expired rows holds
+-- (docs/design.md, "Purge").
 
 CREATE TABLE IF NOT EXISTS idempotency_keys (
     id           BIGINT UNSIGNED  NOT NULL AUTO_INCREMENT,
