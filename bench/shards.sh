@@ -86,6 +86,15 @@ stop_nginx() {
 }
 trap stop_nginx EXIT
 
+mysql_cpu() {   # user + system clock ticks of both MariaDB servers
+    local t=0 f pid
+    for f in "$SVC/mysql.pid" "$SVC/shard2/mysql.pid"; do
+        pid=$(cat "$f")
+        t=$((t + $(awk '{ print $14 + $15 }' "/proc/$pid/stat")))
+    done
+    echo "$t"
+}
+
 run_one() {     # label, mysql= list, round
     local out=$P/results/$1-$3.txt
     root_sql "$SVC/mysql.sock" "TRUNCATE $TABLE"
@@ -97,9 +106,13 @@ run_one() {     # label, mysql= list, round
     # warm the pools, then measure
     wrk -t2 -c"$CONNS" -d2s -s bench/lua/unique.lua \
         "http://127.0.0.1:$PORT/orders" >/dev/null
+    local c0 c1
+    c0=$(mysql_cpu)
     wrk -t2 -c"$CONNS" -d"${DURATION}s" --latency -s bench/lua/unique.lua \
         "http://127.0.0.1:$PORT/orders" > "$out"
-    grep '^BENCH' "$out" | sed "s/^BENCH/$1 round=$3/"
+    c1=$(mysql_cpu)
+    grep '^BENCH' "$out" \
+        | sed "s/^BENCH/$1 round=$3/; s/\$/ mysql_cpu_ticks=$((c1 - c0))/"
 }
 
 one="mysql=127.0.0.1:$M1"
@@ -119,7 +132,9 @@ size=$(root_sql "$SVC/mysql.sock" "SELECT COUNT(*),
     AVG(LENGTH(response)) FROM $TABLE")
 
 python3 - "$P/results/summary.txt" "$DURATION" "$CONNS" "$size" <<'PY'
-import re, statistics, sys
+import os, re, statistics, sys
+
+TICKS = os.sysconf('SC_CLK_TCK')
 
 rows = {}
 for line in open(sys.argv[1]):
@@ -127,21 +142,24 @@ for line in open(sys.argv[1]):
     f = dict(kv.split('=') for kv in line.split()[1:])
     rps = int(f['requests']) / (int(f['duration_us']) / 1e6)
     errs = sum(int(f[k]) for k in f if k.startswith('err_'))
+    cpu_us = int(f['mysql_cpu_ticks']) * 1e6 / TICKS / int(f['requests'])
     rows.setdefault(label, []).append((rps, int(f['p50_us']),
-                                       int(f['p99_us']), errs))
+                                       int(f['p99_us']), errs, cpu_us))
 
 print()
-print('| store | first requests/s | p50 | p99 | errors | rounds |')
-print('|---|---:|---:|---:|---:|---:|')
+print('| store | first requests/s | p50 | p99 | MariaDB CPU per request '
+      '| errors | rounds |')
+print('|---|---:|---:|---:|---:|---:|---:|')
 med = {}
 for label in ('1shard', '2shards'):
     r = rows[label]
     rps = statistics.median(x[0] for x in r)
     med[label] = rps
-    print('| %s | %.0f | %.2f ms | %.2f ms | %d | %d |' % (
+    print('| %s | %.0f | %.2f ms | %.2f ms | %.0f µs | %d | %d |' % (
         '1 shard' if label == '1shard' else '2 shards', rps,
         statistics.median(x[1] for x in r) / 1000,
         statistics.median(x[2] for x in r) / 1000,
+        statistics.median(x[4] for x in r),
         sum(x[3] for x in r), len(r)))
 print()
 print('2 shards / 1 shard: %.2fx (wrk -t2 -c%s, %ss per round)' % (

@@ -21,6 +21,15 @@
 #include "ngx_http_idempotency_cache.h"
 
 
+/*
+ * How many claims one request makes: after a 1213 (a lost race at
+ * commit, claimed again after a pause) and after a row that went away
+ * between the claim's INSERT and its SELECT (claimed again at once).
+ */
+#define NGX_HTTP_IDEMPOTENCY_LOST_TRIES   8
+#define NGX_HTTP_IDEMPOTENCY_NOROW_TRIES  8
+
+
 /* what an orphaned claim needs to give the key back */
 typedef struct {
     ngx_http_idempotency_shard_t  *shard;
@@ -41,6 +50,8 @@ static ngx_int_t ngx_http_idempotency_claim_lost(ngx_http_request_t *r,
 static void ngx_http_idempotency_reclaim_handler(ngx_event_t *ev);
 static ngx_int_t ngx_http_idempotency_hold(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx);
+static void ngx_http_idempotency_won(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, time_t ttl, ngx_uint_t status);
 static ngx_int_t ngx_http_idempotency_verdict(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op);
 static void ngx_http_idempotency_entry_verdict(ngx_http_request_t *r,
@@ -346,6 +357,16 @@ ngx_http_idempotency_claim_done(ngx_http_idempotency_op_t *op)
             return;
         }
 
+    } else if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK
+               && op->nrows == 0
+               && op->affected_rows == 1)
+    {
+        /* the INSERT made the row: a new key, and no SELECT was run */
+
+        ctx->tier = NGX_HTTP_IDEMPOTENCY_TIER_MYSQL;
+        ngx_http_idempotency_won(r, ctx, ctx->conf->ttl,
+                                 NGX_HTTP_IDEMPOTENCY_NEW);
+
     } else if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR
                && op->err == 1213)
     {
@@ -353,13 +374,14 @@ ngx_http_idempotency_claim_done(ngx_http_idempotency_op_t *op)
             return;
         }
 
-    } else if (ctx->tries - ctx->lost < 3
+    } else if (ctx->tries - ctx->lost < NGX_HTTP_IDEMPOTENCY_NOROW_TRIES
                && op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK
                && op->nrows == 0)
     {
         /*
-         * The owner's release deleted the row between our INSERT and
-         * SELECT: claiming again reads (or wins) the current row.
+         * The row existed, but the owner's release deleted it between our
+         * INSERT and SELECT: claiming again reads (or wins) the current
+         * row.
          */
 
         ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
@@ -393,7 +415,6 @@ ngx_http_idempotency_claim_done(ngx_http_idempotency_op_t *op)
  * request unprotected and could execute it twice.
  */
 
-#define NGX_HTTP_IDEMPOTENCY_LOST_TRIES  8
 
 static ngx_int_t
 ngx_http_idempotency_claim_lost(ngx_http_request_t *r,
@@ -458,6 +479,34 @@ ngx_http_idempotency_reclaim_handler(ngx_event_t *ev)
 }
 
 
+/* the request holds the key: forward it, renewing the lease meanwhile */
+
+static void
+ngx_http_idempotency_won(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, time_t ttl, ngx_uint_t status)
+{
+    ctx->owner = 1;
+
+    /* the tiers keep the response as long as the row keeps the key */
+    ctx->expires = ngx_time() + ngx_max(ttl, 0);
+
+    ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_FORWARD,
+                                 status);
+
+    if (status == NGX_HTTP_IDEMPOTENCY_TAKEOVER) {
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "idempotency: key \"%V\" taken over from an owner "
+                      "whose lease ended", &ctx->key);
+    }
+
+    ctx->renew_ev.handler = ngx_http_idempotency_renew_handler;
+    ctx->renew_ev.data = ctx;
+    ctx->renew_ev.log = r->connection->log;
+    ctx->renew_ev.cancelable = 1;
+    ngx_add_timer(&ctx->renew_ev, ngx_max(ctx->conf->lease / 3, 1));
+}
+
+
 static ngx_int_t
 ngx_http_idempotency_verdict(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op)
@@ -482,36 +531,16 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
 
     if (ngx_http_idempotency_atoi(&f[NGX_HTTP_IDEMPOTENCY_F_MINE]) == 1) {
 
-        /* won: a new key, an expired one, or a dead owner's */
+        /* won: an expired key, a dead owner's, or (after a retried
+         * round trip) our own new row */
 
         take = ngx_http_idempotency_atoi(&f[NGX_HTTP_IDEMPOTENCY_F_TAKE]);
 
-        ctx->owner = 1;
-
-        /* the tiers keep the response as long as the row keeps the key */
-        ctx->expires = ngx_time() + ngx_max(ttl_s, 0);
-
-        ngx_http_idempotency_resolve(r, ctx,
-                           NGX_HTTP_IDEMPOTENCY_OUT_FORWARD,
-                           (op->affected_rows == 2
-                            && take == NGX_HTTP_IDEMPOTENCY_TAKE_LEASE)
-                           ? NGX_HTTP_IDEMPOTENCY_TAKEOVER
-                           : NGX_HTTP_IDEMPOTENCY_NEW);
-
-        if (ctx->status == NGX_HTTP_IDEMPOTENCY_TAKEOVER) {
-            ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
-                          "idempotency: key \"%V\" taken over from an owner "
-                          "whose lease ended", &ctx->key);
-        }
-
-        /* renew the lease while the upstream works */
-
-        ctx->renew_ev.handler = ngx_http_idempotency_renew_handler;
-        ctx->renew_ev.data = ctx;
-        ctx->renew_ev.log = r->connection->log;
-        ctx->renew_ev.cancelable = 1;
-        ngx_add_timer(&ctx->renew_ev, ngx_max(ilcf->lease / 3, 1));
-
+        ngx_http_idempotency_won(r, ctx, ttl_s,
+                                 (op->affected_rows == 2
+                                  && take == NGX_HTTP_IDEMPOTENCY_TAKE_LEASE)
+                                 ? NGX_HTTP_IDEMPOTENCY_TAKEOVER
+                                 : NGX_HTTP_IDEMPOTENCY_NEW);
         return NGX_OK;
     }
 
@@ -1143,11 +1172,17 @@ ngx_http_idempotency_orphan_done(ngx_http_idempotency_op_t *op)
 
     o = op->data;
 
-    if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK
-        && op->nrows == 1
-        && op->nfields >= NGX_HTTP_IDEMPOTENCY_F_COUNT
-        && ngx_http_idempotency_atoi(&op->fields[NGX_HTTP_IDEMPOTENCY_F_MINE])
-           == 1)
+    if (op->rc != NGX_HTTP_IDEMPOTENCY_OP_OK) {
+        return;
+    }
+
+    /* a new row (no SELECT was run), or a row the SELECT says is ours */
+
+    if ((op->nrows == 0 && op->affected_rows == 1)
+        || (op->nrows == 1
+            && op->nfields >= NGX_HTTP_IDEMPOTENCY_F_COUNT
+            && ngx_http_idempotency_atoi(
+                   &op->fields[NGX_HTTP_IDEMPOTENCY_F_MINE]) == 1))
     {
         ngx_http_idempotency_release_key(o->shard, o->key_hash, o->token);
     }

@@ -25,7 +25,10 @@ static u_char *ngx_http_idempotency_hex(u_char *p, u_char *src, size_t len);
  * the same fingerprint (the owner died).  @idem_take is computed in the
  * first assignment, from the row as it was, and the others reuse it.
  * The SELECT then tells the caller who holds the key and, for a
- * completed key, returns the stored response.
+ * completed key, returns the stored response.  When the INSERT made a
+ * new row (ROW_COUNT() is 1), the caller holds it and knows all the
+ * SELECT would say: the condition is constant, so MariaDB answers with
+ * an empty result without reading the table.
  */
 
 static const char  ngx_http_idempotency_claim_sql[] =
@@ -49,7 +52,8 @@ static const char  ngx_http_idempotency_claim_sql[] =
     "GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(3), lease_until), 0) "
     "DIV 1000, "
     "GREATEST(TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(3), expires_at), 0), "
-    "@idem_take, status, response FROM `%V` WHERE key_hash = %s";
+    "@idem_take, status, response FROM `%V` WHERE key_hash = %s "
+    "AND ROW_COUNT() <> 1";
 
 
 ngx_http_idempotency_op_t *
