@@ -34,7 +34,7 @@ trap 'exit 130' INT TERM
 scripts/services.sh reset >/dev/null 9>&- || exit 1
 : > "$LOGFILE"
 scripts/backend.sh restart "$TEST_NGINX_BACKEND_PORT" "$PIDFILE" "$LOGFILE" \
-    >/dev/null 9>&- || exit 1
+    "${TEST_NGINX_FCGI_PORT:-}" >/dev/null 9>&- || exit 1
 
 if ! perl -MTest::Nginx::Socket -e1 >/dev/null 2>&1; then
     export PERL5LIB=$ROOT/t/lib${PERL5LIB:+:$PERL5LIB}
@@ -49,7 +49,7 @@ fi
 
 echo "test: nginx ${TEST_NGINX_BINARY:-nginx}, module ${TEST_NGINX_LOAD_MODULES:-?}," \
      "mysql 127.0.0.1:${TEST_NGINX_MYSQL_PORT:-?}, redis 127.0.0.1:${TEST_NGINX_REDIS_PORT:-?}," \
-     "backend 127.0.0.1:$TEST_NGINX_BACKEND_PORT${TEST_NGINX_USE_VALGRIND:+, valgrind}"
+     "backend 127.0.0.1:$TEST_NGINX_BACKEND_PORT${TEST_NGINX_FCGI_PORT:+ (FastCGI 127.0.0.1:$TEST_NGINX_FCGI_PORT)}${TEST_NGINX_USE_VALGRIND:+, valgrind}"
 
 prove ${PROVE_FLAGS:-} -r "$@" 9>&-
 rc=$?
