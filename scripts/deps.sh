@@ -34,6 +34,11 @@ missing() {
             *) echo "$p" ;;
         esac
     done
+
+    # the Node.js test clients (t/tools/): Debian's, unless a node and an
+    # npm are there already (a newer Node.js brings its own npm)
+    command -v node >/dev/null 2>&1 || echo nodejs
+    command -v npm >/dev/null 2>&1 || echo npm
 }
 
 case ${1:-} in

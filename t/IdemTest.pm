@@ -12,6 +12,9 @@ use Digest::SHA qw(sha256_hex);
 use Exporter ();
 our @ISA = ('Exporter');
 use Test::Nginx::Socket ();
+use File::Basename qw(dirname);
+use lib dirname(__FILE__) . '/stress';
+use IdemStress ();
 
 our @EXPORT = qw(key_hash fingerprint sql sql_at sql_root bg_request
                  store_config port record tcp_proxy shard_of);
@@ -128,62 +131,8 @@ sub record {
     return $r . pack('N', length $body) . $body;
 }
 
-# a TCP relay from 127.0.0.1:$listen to 127.0.0.1:$target in a child
-# process, so a test can cut a store off and bring it back; returns the
-# pid (kill it to cut)
-sub tcp_proxy {
-    my ($listen, $target) = @_;
-
-    require IO::Socket::INET;
-    require IO::Select;
-
-    my $srv = IO::Socket::INET->new(LocalAddr => '127.0.0.1',
-                                    LocalPort => $listen, Listen => 64,
-                                    ReuseAddr => 1)
-        or die "tcp_proxy: listen $listen: $!";
-
-    my $pid = fork;
-    die "fork: $!" unless defined $pid;
-
-    if ($pid) {
-        close $srv;
-        return $pid;
-    }
-
-    my $sel = IO::Select->new($srv);
-    my %peer;
-
-    while (1) {
-        for my $fh ($sel->can_read(1)) {
-            if ($fh == $srv) {
-                my $c = $srv->accept or next;
-                my $u = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
-                                              PeerPort => $target)
-                    or do { close $c; next };
-                $peer{$c} = $u;
-                $peer{$u} = $c;
-                $sel->add($c, $u);
-                next;
-            }
-
-            # its pair may have been closed earlier in this same round
-            next unless $peer{$fh};
-
-            my $n = sysread($fh, my $buf, 65536);
-            my $other = $peer{$fh};
-
-            if (!$n) {
-                $sel->remove($fh, $other);
-                delete @peer{$fh, $other};
-                close $fh;
-                close $other;
-                next;
-            }
-
-            syswrite($other, $buf);
-        }
-    }
-}
+# a TCP relay that a test can cut (IdemStress::tcp_proxy)
+sub tcp_proxy { return IdemStress::tcp_proxy(@_) }
 
 # The real Test::Nginx evaluates "--- init" code in package
 # Test::Nginx::Util, our runner in main: make the helpers callable there

@@ -341,6 +341,65 @@ sub backend_count {
     return $res->{body} + 0;
 }
 
+# a TCP relay from 127.0.0.1:$listen to 127.0.0.1:$target in a child
+# process, so a test can cut a store off and bring it back; returns the
+# pid (kill it to cut).  With $delay (seconds), every chunk waits that
+# long: a slow store, one chunk at a time for all connections.
+sub tcp_proxy {
+    my ($listen, $target, $delay) = @_;
+
+    require IO::Socket::INET;
+    require IO::Select;
+
+    my $srv = IO::Socket::INET->new(LocalAddr => '127.0.0.1',
+                                    LocalPort => $listen, Listen => 64,
+                                    ReuseAddr => 1)
+        or die "tcp_proxy: listen $listen: $!";
+
+    my $pid = fork;
+    die "fork: $!" unless defined $pid;
+
+    if ($pid) {
+        close $srv;
+        return $pid;
+    }
+
+    my $sel = IO::Select->new($srv);
+    my %peer;
+
+    while (1) {
+        for my $fh ($sel->can_read(1)) {
+            if ($fh == $srv) {
+                my $c = $srv->accept or next;
+                my $u = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
+                                              PeerPort => $target)
+                    or do { close $c; next };
+                $peer{$c} = $u;
+                $peer{$u} = $c;
+                $sel->add($c, $u);
+                next;
+            }
+
+            # its pair may have been closed earlier in this same round
+            next unless $peer{$fh};
+
+            my $n = sysread($fh, my $buf, 65536);
+            my $other = $peer{$fh};
+
+            if (!$n) {
+                $sel->remove($fh, $other);
+                delete @peer{$fh, $other};
+                close $fh;
+                close $other;
+                next;
+            }
+
+            select(undef, undef, undef, $delay) if $delay;
+            syswrite($other, $buf);
+        }
+    }
+}
+
 # Checks one burst of identical requests for one key.  Returns a hash:
 # executions (backend), original (the executed response), n409, nreplay,
 # problems => [text, ...] (empty when everything holds).
