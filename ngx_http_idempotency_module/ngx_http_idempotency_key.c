@@ -79,7 +79,8 @@ ngx_int_t
 ngx_http_idempotency_parse_key(ngx_pool_t *pool, ngx_str_t *raw,
     ngx_str_t *key, const char **reason)
 {
-    u_char  *p, *last, *d, c;
+    u_char      *p, *last, *d, c;
+    ngx_uint_t   n;
 
     p = raw->data;
     last = p + raw->len;
@@ -93,14 +94,26 @@ ngx_http_idempotency_parse_key(ngx_pool_t *pool, ngx_str_t *raw,
 
     if (*p != '"') {
 
-        /* a bare token: the characters are the key */
+        /*
+         * Not an sf-String: the value itself is the key, as Stripe-style
+         * clients send it ("order 42 for alice"): printable ASCII, inner
+         * spaces allowed; an odd number of quotes is a broken string
+         */
 
-        for ( /* void */ ; p < last; p++) {
-            if (*p <= 0x20 || *p >= 0x7f || *p == '"' || *p == '\\') {
-                *reason = "the key has a byte that is not a visible ASCII "
-                          "character (quote it as a string?)";
+        for (n = 0; p < last; p++) {
+            if (*p < 0x20 || *p >= 0x7f) {
+                *reason = "the key has a byte that is not printable ASCII";
                 return NGX_DECLINED;
             }
+
+            if (*p == '"') {
+                n++;
+            }
+        }
+
+        if (n % 2) {
+            *reason = "the key has an unbalanced quote";
+            return NGX_DECLINED;
         }
 
         if (raw->len > NGX_HTTP_IDEMPOTENCY_KEY_MAX) {

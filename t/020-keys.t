@@ -70,7 +70,7 @@ the key is longer than 255 bytes
 
 === TEST 4: 255 bytes: accepted
 --- more_headers eval
-"Idempotency-Key: t020-4" . ("k" x 248)
+"Idempotency-Key: t020-4" . ("k" x 249)
 --- request
 POST /orders
 x
@@ -82,15 +82,43 @@ X-Idem: new
 
 
 
-=== TEST 5: a bare key with a space inside: 400
+=== TEST 5: a bare value with spaces inside is the key itself, and is replayed
 --- more_headers
-Idempotency-Key: two words
+Idempotency-Key: order 42 for alice
+--- request eval
+["POST /orders\nx", "POST /orders\nx", "GET /count?key=order%2042%20for%20alice"]
+--- error_code eval
+[201, 201, 200]
+--- response_headers eval
+["X-Idem: new", "X-Idem: replay", ""]
+--- response_body_like eval
+['"key":"order 42 for alice","execution":1', '"execution":1', '^1$']
+
+
+
+=== TEST 5b: the quoted spelling of the same characters is the same key
+--- more_headers
+Idempotency-Key: "order 42 for alice"
+--- request
+POST /orders
+x
+--- error_code: 201
+--- response_headers
+X-Idem: replay
+
+
+
+=== TEST 5c: a bare value with an odd number of quotes: 400
+--- more_headers
+Idempotency-Key: order "42 for alice
 --- request
 POST /orders
 x
 --- error_code: 400
 --- response_headers
 X-Idem: invalid
+--- error_log
+the key has an unbalanced quote
 
 
 

@@ -184,7 +184,7 @@ main::raw_post('/orders', "Idempotency-Key: \t   \t")
 --- response_headers
 X-Idem: invalid
 --- error_log
-the key has a byte that is not a visible ASCII character
+the key has a byte that is not printable ASCII
 
 
 
@@ -211,7 +211,7 @@ main::raw_post('/orders', "Idempotency-Key: t120-8\x01x")
 Content-Type: application/problem+json
 X-Idem: invalid
 --- error_log
-the key has a byte that is not a visible ASCII character
+the key has a byte that is not printable ASCII
 
 
 
@@ -233,7 +233,7 @@ main::raw_post('/orders', "Idempotency-Key: t120\t10")
 --- response_headers
 X-Idem: invalid
 --- error_log
-the key has a byte that is not a visible ASCII character
+the key has a byte that is not printable ASCII
 
 
 
@@ -255,7 +255,7 @@ main::raw_post('/orders', "Idempotency-Key: t120-12\x7f")
 --- response_headers
 X-Idem: invalid
 --- error_log
-the key has a byte that is not a visible ASCII character
+the key has a byte that is not printable ASCII
 
 
 
@@ -278,7 +278,7 @@ main::raw_post('/orders', "Idempotency-Key: t120-caf\xc3\xa9")
 Content-Type: application/problem+json
 X-Idem: invalid
 --- error_log
-the key has a byte that is not a visible ASCII character
+the key has a byte that is not printable ASCII
 
 
 
@@ -300,21 +300,29 @@ main::raw_post('/orders', "Idempotency-Key: \x80\xff\xfe")
 --- response_headers
 X-Idem: invalid
 --- error_log
-the key has a byte that is not a visible ASCII character
+the key has a byte that is not printable ASCII
 
 
 
-=== TEST 17: a bare key with a space: 400
+=== TEST 17: a bare key with a space is the key itself (as Stripe clients send it)
+--- config
+    location /orders {
+        idempotency main;
+        proxy_pass http://backend;
+        add_header X-Idem $idempotency_status always;
+        add_header X-Key $idempotency_key always;
+    }
 --- more_headers
 Idempotency-Key: t120 17
 --- request
 POST /orders
 x
---- error_code: 400
+--- error_code: 201
 --- response_headers
-X-Idem: invalid
---- error_log
-the key has a byte that is not a visible ASCII character
+X-Idem: new
+X-Key: t120 17
+--- no_error_log
+[error]
 
 
 
@@ -357,7 +365,7 @@ x
 --- response_headers
 X-Idem: invalid
 --- error_log
-the key has a byte that is not a visible ASCII character
+the key has an unbalanced quote
 
 
 
@@ -371,21 +379,29 @@ x
 --- response_headers
 X-Idem: invalid
 --- error_log
-the key has a byte that is not a visible ASCII character
+the key has an unbalanced quote
 
 
 
-=== TEST 22: a backslash in a bare key: 400
+=== TEST 22: a backslash in a bare key is a character of the key
+--- config
+    location /orders {
+        idempotency main;
+        proxy_pass http://backend;
+        add_header X-Idem $idempotency_status always;
+        add_header X-Key $idempotency_key always;
+    }
 --- more_headers
 Idempotency-Key: t120\22
 --- request
 POST /orders
 x
---- error_code: 400
+--- error_code: 201
 --- response_headers
-X-Idem: invalid
---- error_log
-the key has a byte that is not a visible ASCII character
+X-Idem: new
+X-Key: t120\22
+--- no_error_log
+[error]
 
 
 
