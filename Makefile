@@ -187,6 +187,7 @@ TEST_ENV = \
     PROVE_FLAGS='$(PROVE_FLAGS)'
 
 test: deps build services
+	@scripts/node-deps.sh
 	@if [ "$(FUZZ_TEST_SECONDS)" != 0 ]; then fuzz/run.sh -t $(FUZZ_TEST_SECONDS); fi
 	@env $(TEST_ENV) scripts/run-tests.sh $(TEST_FILES)
 

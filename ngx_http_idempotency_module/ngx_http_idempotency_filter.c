@@ -4,54 +4,50 @@
  *
  * For a request that won its claim, the header filter records the status
  * and headers and the body filter copies each buffer before passing it
- * on, so the client never waits for the capture.  After the last buffer
- * the record is written with a conditional UPDATE that outlives the
- * request: it owns its memory and is retried when the store fails.
+ * on.  Once the whole response is captured, the completion job writes it
+ * (complete.c), and the end of the response is held back until that
+ * write is committed: a client that has the response and repeats the
+ * request is always answered by the replay, never by 409.
+ *
+ * A client that goes away does not end the exchange: the location's
+ * upstream ignores client aborts (module.c), and these filters hide a
+ * failed write to the client from the upstream module, so that it reads
+ * the response to its end, and the capture stores it for the retry.
  */
 
 
 #include "ngx_http_idempotency_filter.h"
 #include "ngx_http_idempotency_handler.h"
-#include "ngx_http_idempotency_sql.h"
-#include "ngx_http_idempotency_tier.h"
+#include "ngx_http_idempotency_complete.h"
 
 
-/* completion writes are retried this long, at least twice the lease */
-#define NGX_HTTP_IDEMPOTENCY_COMPLETE_TIME   60000
-
-
-/* one completion write and its retries */
-typedef struct {
-    ngx_pool_t                     *pool;
-    ngx_http_idempotency_shard_t   *shard;
-    ngx_str_t                       sql;
-    ngx_str_t                       key;
-    ngx_uint_t                      tries;
-    ngx_msec_t                      deadline;
-    ngx_event_t                     retry;
-
-    /* for the replay tiers once the row is completed: the record is
-     * head, body length, body (all in pool); head.len 0: not stored */
-    ngx_http_idempotency_store_t   *store;
-    ngx_str_t                       head;
-    ngx_chain_t                    *body;
-    size_t                          body_len;
-    time_t                          expires;
-    u_char                          body_len_be[4];
-    u_char                    key_hash[NGX_HTTP_IDEMPOTENCY_HASH_LEN];
-    u_char                    fingerprint[NGX_HTTP_IDEMPOTENCY_HASH_LEN];
-} ngx_http_idempotency_job_t;
+/*
+ * r->buffered (4 bits, all taken by nginx's filters): the end of the
+ * response waits for its completion.  The bit is the image filter's,
+ * which never acts on the same response (it keeps whole image bodies of
+ * GET responses, and a protected method's response is never an image
+ * to resize).
+ */
+#define NGX_HTTP_IDEMPOTENCY_BUFFERED   0x08
 
 
 static ngx_int_t ngx_http_idempotency_header_filter(ngx_http_request_t *r);
 static ngx_int_t ngx_http_idempotency_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
+static ngx_int_t ngx_http_idempotency_capture_chain(
+    ngx_http_idempotency_ctx_t *ctx, ngx_chain_t *in);
 static ngx_int_t ngx_http_idempotency_capture(ngx_http_idempotency_ctx_t *ctx,
     u_char *data, size_t size);
-static void ngx_http_idempotency_complete(ngx_http_idempotency_ctx_t *ctx);
-static void ngx_http_idempotency_job_run(ngx_event_t *ev);
-static void ngx_http_idempotency_job_done(ngx_http_idempotency_op_t *op);
-static void ngx_http_idempotency_job_tiers(ngx_http_idempotency_job_t *job);
+static void ngx_http_idempotency_captured(ngx_http_idempotency_ctx_t *ctx,
+    ngx_uint_t last);
+static ngx_int_t ngx_http_idempotency_hold(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, ngx_chain_t *in);
+static void ngx_http_idempotency_hold_timeout(ngx_event_t *ev);
+static void ngx_http_idempotency_unhold(ngx_http_idempotency_ctx_t *ctx);
+static void ngx_http_idempotency_unhold_handler(ngx_event_t *ev);
+static void ngx_http_idempotency_client_gone(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, ngx_chain_t *in);
+static void ngx_http_idempotency_consume(ngx_chain_t *in);
 
 
 static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
@@ -127,17 +123,23 @@ ngx_http_idempotency_header_filter(ngx_http_request_t *r)
     /* file buffers reach this filter read into memory */
     r->filter_need_in_memory = 1;
 
-    rc = ngx_http_next_header_filter(r);
+    if (r->connection->error) {
+        ctx->gone = 1;
+        rc = NGX_OK;
 
-    if (rc == NGX_ERROR) {
-        ctx->capturing = 0;
-        ngx_http_idempotency_release(ctx, "header not sent");
-        return rc;
+    } else {
+        rc = ngx_http_next_header_filter(r);
+
+        if (rc == NGX_ERROR) {
+            /* the upstream goes on: the response is still stored */
+            ngx_http_idempotency_client_gone(r, ctx, NULL);
+            rc = NGX_OK;
+        }
     }
 
     if (r->header_only && ctx->capturing) {
         /* no body filter call follows a header-only response */
-        ngx_http_idempotency_complete(ctx);
+        ngx_http_idempotency_captured(ctx, 1);
     }
 
     return rc;
@@ -147,26 +149,71 @@ ngx_http_idempotency_header_filter(ngx_http_request_t *r)
 static ngx_int_t
 ngx_http_idempotency_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 {
-    size_t                       size;
     ngx_int_t                    rc;
-    ngx_uint_t                   last;
-    ngx_buf_t                   *b;
     ngx_chain_t                 *cl;
     ngx_http_idempotency_ctx_t  *ctx;
 
-    if (r != r->main || in == NULL) {
+    if (r != r->main) {
         return ngx_http_next_body_filter(r, in);
     }
 
     ctx = ngx_http_idempotency_get_ctx(r);
 
-    if (ctx == NULL || !ctx->capturing) {
+    if (ctx == NULL || !(ctx->capturing || ctx->kept || ctx->gone)) {
         return ngx_http_next_body_filter(r, in);
     }
 
-    last = 0;
-
     /* copy before passing on: later filters consume the buffers */
+
+    if (ctx->capturing && in) {
+        ngx_http_idempotency_captured(ctx,
+                                      ngx_http_idempotency_capture_chain(ctx,
+                                                                         in));
+    }
+
+    if (ctx->gone) {
+        ngx_http_idempotency_consume(in);
+        return NGX_OK;
+    }
+
+    if (ctx->job && ctx->holding) {
+        return ngx_http_idempotency_hold(r, ctx, in);
+    }
+
+    if (ctx->kept) {
+        /* the completion is committed (or its wait ended): send the end */
+
+        for (cl = ctx->kept; cl->next; cl = cl->next) { /* void */ }
+
+        cl->next = in;
+        in = ctx->kept;
+        ctx->kept = NULL;
+        r->buffered &= ~NGX_HTTP_IDEMPOTENCY_BUFFERED;
+    }
+
+    rc = ngx_http_next_body_filter(r, in);
+
+    if (rc == NGX_ERROR && ctx->capturing) {
+        ngx_http_idempotency_client_gone(r, ctx, in);
+        return NGX_OK;
+    }
+
+    return rc;
+}
+
+
+/* returns 1 when the chain ends the response */
+
+static ngx_int_t
+ngx_http_idempotency_capture_chain(ngx_http_idempotency_ctx_t *ctx,
+    ngx_chain_t *in)
+{
+    size_t        size;
+    ngx_int_t     last;
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+
+    last = 0;
 
     for (cl = in; cl; cl = cl->next) {
         b = cl->buf;
@@ -179,7 +226,7 @@ ngx_http_idempotency_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
             {
                 ctx->capturing = 0;
                 ngx_http_idempotency_release(ctx, "no memory");
-                return ngx_http_next_body_filter(r, in);
+                return 0;
             }
         }
 
@@ -188,13 +235,7 @@ ngx_http_idempotency_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
         }
     }
 
-    rc = ngx_http_next_body_filter(r, in);
-
-    if (last) {
-        ngx_http_idempotency_complete(ctx);
-    }
-
-    return rc;
+    return last;
 }
 
 
@@ -270,34 +311,33 @@ ngx_http_idempotency_capture(ngx_http_idempotency_ctx_t *ctx, u_char *data,
 }
 
 
-void
-ngx_http_idempotency_abandon(ngx_http_idempotency_ctx_t *ctx)
-{
-    ngx_log_error(NGX_LOG_INFO, ctx->request->connection->log, 0,
-                  "idempotency: client closed the connection during the "
-                  "response of key \"%V\": recorded as executed, not stored",
-                  &ctx->key);
-
-    ctx->too_large = 1;
-    ctx->body = NULL;
-    ctx->tail = NULL;
-    ctx->expect_len = -1;
-
-    ngx_http_idempotency_complete(ctx);
-}
-
+/*
+ * The response is complete when its last buffer passes, or, with a
+ * Content-Length, as soon as all its bytes have: the client knows it has
+ * the whole response then, so these bytes already wait for the commit.
+ */
 
 static void
-ngx_http_idempotency_complete(ngx_http_idempotency_ctx_t *ctx)
+ngx_http_idempotency_captured(ngx_http_idempotency_ctx_t *ctx,
+    ngx_uint_t last)
 {
-    ngx_int_t                    rc;
-    ngx_pool_t                  *pool;
-    ngx_http_idempotency_job_t  *job;
+    ngx_http_request_t  *r;
 
+    if (!ctx->capturing) {
+        return;
+    }
+
+    if (!last
+        && !(ctx->expect_len >= 0 && (off_t) ctx->body_len >= ctx->expect_len))
+    {
+        return;
+    }
+
+    r = ctx->request;
     ctx->capturing = 0;
 
     if (ctx->expect_len >= 0 && (off_t) ctx->body_len != ctx->expect_len) {
-        ngx_log_error(NGX_LOG_WARN, ctx->request->connection->log, 0,
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
                       "idempotency: response of key \"%V\" was truncated "
                       "(%uz of %O bytes), key released",
                       &ctx->key, ctx->body_len, ctx->expect_len);
@@ -305,184 +345,180 @@ ngx_http_idempotency_complete(ngx_http_idempotency_ctx_t *ctx)
         return;
     }
 
-    pool = ctx->capture;
-
-    job = ngx_pcalloc(pool, sizeof(ngx_http_idempotency_job_t));
-    if (job == NULL) {
-        ngx_http_idempotency_release(ctx, "no memory");
+    if (ngx_http_idempotency_complete(ctx) != NGX_OK
+        || ctx->gone || r->header_only)
+    {
         return;
     }
 
-    job->pool = pool;
-    job->shard = ctx->shard;
-    job->deadline = ngx_current_msec
-                    + ngx_max(2 * ctx->conf->lease,
-                              NGX_HTTP_IDEMPOTENCY_COMPLETE_TIME);
+    ctx->holding = 1;
 
-    job->store = ctx->conf->store;
-    job->expires = ctx->expires;
-    ngx_memcpy(job->key_hash, ctx->key_hash, NGX_HTTP_IDEMPOTENCY_HASH_LEN);
+    ctx->hold_ev.handler = ngx_http_idempotency_hold_timeout;
+    ctx->hold_ev.data = ctx;
+    ctx->hold_ev.log = r->connection->log;
 
-    /* the row's fingerprint: zeros when fingerprints are not compared */
-
-    if (ctx->conf->fingerprint) {
-        ngx_memcpy(job->fingerprint, ctx->fingerprint,
-                   NGX_HTTP_IDEMPOTENCY_HASH_LEN);
-    }
-
-    if (!ctx->too_large) {
-        job->head = ctx->head;
-        job->body = ctx->body;
-        job->body_len = ctx->body_len;
-    }
-
-    job->key.data = ngx_pstrdup(pool, &ctx->key);
-    job->key.len = ctx->key.len;
-
-    rc = ngx_http_idempotency_sql_complete(pool, ctx->conf->store,
-                                           ctx->key_hash, ctx->token,
-                                           ctx->resp_status,
-                                           ctx->too_large ? NULL : &ctx->head,
-                                           ctx->body, ctx->body_len,
-                                           &job->sql);
-
-    if (rc != NGX_OK || job->key.data == NULL) {
-        ngx_http_idempotency_release(ctx, "no memory");
-        return;
-    }
-
-    /* the job owns the capture now; the request may end before it */
-
-    ctx->capture = NULL;
-    ngx_http_idempotency_handed_over(ctx);
-
-    job->retry.handler = ngx_http_idempotency_job_run;
-    job->retry.data = job;
-    job->retry.log = ngx_cycle->log;
-
-    ngx_http_idempotency_job_run(&job->retry);
+    ngx_add_timer(&ctx->hold_ev, ctx->conf->store->query_timeout
+                                 ? ctx->conf->store->query_timeout : 2000);
 }
 
 
-static void
-ngx_http_idempotency_job_run(ngx_event_t *ev)
+static ngx_int_t
+ngx_http_idempotency_hold(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, ngx_chain_t *in)
 {
-    ngx_http_idempotency_op_t   *op;
-    ngx_http_idempotency_job_t  *job;
+    ngx_chain_t  *cl, **ll;
 
-    job = ev->data;
+    for (ll = &ctx->kept; *ll; ll = &(*ll)->next) { /* void */ }
 
-    op = ngx_http_idempotency_op_create(job->shard, ngx_cycle->log, 0);
-    if (op == NULL) {
-        ngx_destroy_pool(job->pool);
-        return;
-    }
-
-    op->name = "complete";
-    op->sql = job->sql;
-    op->handler = ngx_http_idempotency_job_done;
-    op->data = job;
-
-    job->tries++;
-
-    ngx_http_idempotency_op_run(op);
-}
-
-
-static void
-ngx_http_idempotency_job_done(ngx_http_idempotency_op_t *op)
-{
-    ngx_http_idempotency_job_t    *job;
-    ngx_http_idempotency_shard_t  *shard;
-
-    job = op->data;
-    shard = job->shard;
-
-    if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK) {
-
-        if (op->affected_rows == 0) {
-            ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
-                          "idempotency store \"%V\" mysql=%V: response of "
-                          "key \"%V\" not stored: the key is no longer "
-                          "held by its request (lease lost)",
-                          &shard->store->name, &shard->name, &job->key);
-
-        } else {
-            ngx_http_idempotency_job_tiers(job);
+    for ( /* void */ ; in; in = in->next) {
+        cl = ngx_alloc_chain_link(r->pool);
+        if (cl == NULL) {
+            return NGX_ERROR;
         }
 
-        ngx_destroy_pool(job->pool);
-        return;
+        cl->buf = in->buf;
+        cl->next = NULL;
+        *ll = cl;
+        ll = &cl->next;
     }
 
-    /*
-     * The UPDATE is conditional on the owner token: running it again is
-     * harmless, so every failure (a lost connection, KILL QUERY, a lock
-     * wait timeout, the store away) is retried.  The interval stays short
-     * so that a store that comes back before the lease ends gets the
-     * write before a duplicate can take the key over.
-     */
+    r->buffered |= NGX_HTTP_IDEMPOTENCY_BUFFERED;
 
-    if ((ngx_msec_int_t) (job->deadline - ngx_current_msec) > 0) {
-        ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
-                      "idempotency store \"%V\" mysql=%V: storing the "
-                      "response of key \"%V\" failed (%ui%s%V), retrying",
-                      &shard->store->name, &shard->name, &job->key, op->rc,
-                      op->err_text.len ? ": " : "", &op->err_text);
+    return NGX_AGAIN;
+}
 
-        /* 250 ms doubling up to 1 s; the timer is not cancelable, so a
-         * graceful shutdown waits for the write */
 
-        ngx_add_timer(&job->retry,
-                      job->tries > 2 ? 1000 : 250 << (job->tries - 1));
-        return;
+void
+ngx_http_idempotency_filter_committed(ngx_http_idempotency_ctx_t *ctx)
+{
+    if (ctx->hold_ev.timer_set) {
+        ngx_del_timer(&ctx->hold_ev);
     }
 
-    ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+    ngx_http_idempotency_unhold(ctx);
+}
+
+
+static void
+ngx_http_idempotency_hold_timeout(ngx_event_t *ev)
+{
+    ngx_http_idempotency_ctx_t  *ctx;
+
+    ctx = ev->data;
+
+    ngx_log_error(NGX_LOG_ERR, ev->log, 0,
                   "idempotency store \"%V\" mysql=%V: response of key \"%V\" "
-                  "could not be stored (%ui%s%V): the key stays in "
-                  "progress and a retry after its lease executes it again",
-                  &shard->store->name, &shard->name, &job->key, op->rc,
-                  op->err_text.len ? ": " : "", &op->err_text);
+                  "not committed within %M ms: sent to the client anyway, "
+                  "the write goes on (a duplicate meanwhile gets 409)",
+                  &ctx->conf->store->name, &ctx->shard->name, &ctx->key,
+                  ctx->conf->store->query_timeout);
 
-    ngx_destroy_pool(job->pool);
+    ngx_http_idempotency_unhold(ctx);
+}
+
+
+static void
+ngx_http_idempotency_unhold(ngx_http_idempotency_ctx_t *ctx)
+{
+    if (!ctx->holding) {
+        return;
+    }
+
+    ctx->holding = 0;
+
+    if (ctx->kept == NULL) {
+        return;
+    }
+
+    /* not from inside the store op's handler: the request may end */
+
+    ctx->resume_ev.handler = ngx_http_idempotency_unhold_handler;
+    ctx->resume_ev.data = ctx->request;
+    ctx->resume_ev.log = ctx->request->connection->log;
+
+    ngx_post_event(&ctx->resume_ev, &ngx_posted_events);
+}
+
+
+static void
+ngx_http_idempotency_unhold_handler(ngx_event_t *ev)
+{
+    ngx_connection_t    *c;
+    ngx_http_request_t  *r;
+
+    r = ev->data;
+    c = r->connection;
+
+    /* ngx_http_writer(), or the upstream's downstream handler: both send
+     * what the output filters still hold */
+
+    r->write_event_handler(r);
+    ngx_http_run_posted_requests(c);
+}
+
+
+void
+ngx_http_idempotency_filter_abandon(ngx_http_idempotency_ctx_t *ctx)
+{
+    ngx_log_error(NGX_LOG_INFO, ctx->request->connection->log, 0,
+                  "idempotency: the response of key \"%V\" ended before "
+                  "its end with its client gone: recorded as executed, "
+                  "not stored", &ctx->key);
+
+    ctx->capturing = 0;
+    ctx->too_large = 1;
+    ctx->body = NULL;
+    ctx->tail = NULL;
+
+    (void) ngx_http_idempotency_complete(ctx);
 }
 
 
 /*
- * The row is completed now, and never changes again within its
- * retention: the tiers may serve it, and the duplicates this worker
- * holds may look again at once.
+ * The client cannot be written to any more.  The upstream module must not
+ * learn of it, or it would cut the upstream off: the filters now swallow
+ * the response, marking every buffer sent so that the upstream's buffers
+ * are reused, and the capture goes on to the end.
  */
 
 static void
-ngx_http_idempotency_job_tiers(ngx_http_idempotency_job_t *job)
+ngx_http_idempotency_client_gone(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, ngx_chain_t *in)
 {
-    ngx_buf_t    hb, lb;
-    ngx_chain_t  hcl, lcl;
+    ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                  "idempotency: client of key \"%V\" is gone; the response "
+                  "is still read from the upstream and stored", &ctx->key);
 
-    if (job->head.len) {
-        ngx_memzero(&hb, sizeof(ngx_buf_t));
-        hb.pos = job->head.data;
-        hb.last = job->head.data + job->head.len;
+    ctx->gone = 1;
+    r->connection->error = 1;
 
-        ngx_http_idempotency_record_body_len(job->body_len_be, job->body_len);
+    ngx_http_idempotency_consume(in);
 
-        ngx_memzero(&lb, sizeof(ngx_buf_t));
-        lb.pos = job->body_len_be;
-        lb.last = job->body_len_be + sizeof(job->body_len_be);
-
-        hcl.buf = &hb;
-        hcl.next = &lcl;
-        lcl.buf = &lb;
-        lcl.next = job->body;
-
-        ngx_http_idempotency_tier_put(job->store, job->key_hash,
-                                      NGX_HTTP_IDEMPOTENCY_ENTRY_FP,
-                                      job->fingerprint, job->expires, &hcl,
-                                      job->head.len + sizeof(job->body_len_be)
-                                      + job->body_len);
+#if (NGX_HTTP_V2)
+    if (r->stream) {
+        /* queued frames still point to their buffers */
+        return;
     }
+#endif
 
-    ngx_http_idempotency_tier_wake(job->store, job->key_hash);
+    ngx_http_idempotency_consume(r->out);
+}
+
+
+static void
+ngx_http_idempotency_consume(ngx_chain_t *in)
+{
+    ngx_buf_t  *b;
+
+    for ( /* void */ ; in; in = in->next) {
+        b = in->buf;
+
+        if (ngx_buf_in_memory(b)) {
+            b->pos = b->last;
+        }
+
+        if (b->in_file) {
+            b->file_pos = b->file_last;
+        }
+    }
 }

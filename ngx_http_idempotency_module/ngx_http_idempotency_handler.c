@@ -19,6 +19,8 @@
 #include "ngx_http_idempotency_sql.h"
 #include "ngx_http_idempotency_tier.h"
 #include "ngx_http_idempotency_cache.h"
+#include "ngx_http_idempotency_complete.h"
+#include "ngx_http_idempotency_filter.h"
 
 
 /*
@@ -58,6 +60,8 @@ static void ngx_http_idempotency_entry_verdict(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx);
 static void ngx_http_idempotency_store_failed(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op);
+static void ngx_http_idempotency_store_failed_held(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, const char *what);
 static void ngx_http_idempotency_resolve(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_uint_t outcome,
     ngx_uint_t status);
@@ -68,8 +72,6 @@ static ngx_int_t ngx_http_idempotency_respond(ngx_http_request_t *r,
 static ngx_int_t ngx_http_idempotency_replay(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx);
 static void ngx_http_idempotency_wait_handler(ngx_event_t *ev);
-static void ngx_http_idempotency_renew_handler(ngx_event_t *ev);
-static void ngx_http_idempotency_renew_done(ngx_http_idempotency_op_t *op);
 static void ngx_http_idempotency_cleanup(void *data);
 static void ngx_http_idempotency_orphan_done(ngx_http_idempotency_op_t *op);
 static void ngx_http_idempotency_release_done(ngx_http_idempotency_op_t *op);
@@ -305,6 +307,7 @@ ngx_http_idempotency_claim(ngx_http_request_t *r,
     ctx->op = op;
     ctx->phase = NGX_HTTP_IDEMPOTENCY_PH_CLAIM;
     ctx->tries++;
+    ctx->claimed = ngx_current_msec;
 
     /* notice a client that goes away while the store works */
     r->read_event_handler = ngx_http_test_reading;
@@ -450,6 +453,8 @@ ngx_http_idempotency_claim_lost(ngx_http_request_t *r,
                   "elsewhere", &ctx->conf->store->name, &ctx->shard->name,
                   &ctx->key, ctx->lost);
 
+    ctx->in_progress = 1;
+
     if (ngx_http_idempotency_hold(r, ctx) == NGX_AGAIN) {
         return NGX_AGAIN;
     }
@@ -499,11 +504,17 @@ ngx_http_idempotency_won(ngx_http_request_t *r,
                       "whose lease ended", &ctx->key);
     }
 
-    ctx->renew_ev.handler = ngx_http_idempotency_renew_handler;
-    ctx->renew_ev.data = ctx;
-    ctx->renew_ev.log = r->connection->log;
-    ctx->renew_ev.cancelable = 1;
-    ngx_add_timer(&ctx->renew_ev, ngx_max(ctx->conf->lease / 3, 1));
+    /* the lease counts from the claim's INSERT, sent no earlier */
+
+    ctx->lease.shard = ctx->shard;
+    ctx->lease.key = &ctx->key;
+    ctx->lease.key_hash = ctx->key_hash;
+    ctx->lease.token = ctx->token;
+    ctx->lease.lease = ctx->conf->lease;
+    ctx->lease.renewed = ctx->claimed;
+    ctx->lease.log = r->connection->log;
+
+    ngx_http_idempotency_lease_start(&ctx->lease);
 }
 
 
@@ -511,7 +522,7 @@ static ngx_int_t
 ngx_http_idempotency_verdict(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op)
 {
-    ngx_int_t                         state, lease_ms, take, ttl_s;
+    ngx_int_t                         state, take, ttl_s;
     ngx_buf_t                         b;
     ngx_str_t                        *f;
     ngx_chain_t                       cl;
@@ -522,7 +533,6 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
     f = op->fields;
 
     state = ngx_http_idempotency_atoi(&f[NGX_HTTP_IDEMPOTENCY_F_STATE]);
-    lease_ms = ngx_http_idempotency_atoi(&f[NGX_HTTP_IDEMPOTENCY_F_LEASE_MS]);
 
     /* the retention left, by the database's clock, in whole seconds */
     ttl_s = ngx_http_idempotency_atoi(&f[NGX_HTTP_IDEMPOTENCY_F_TTL_S]);
@@ -615,16 +625,21 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
 
     /* in progress elsewhere: hold the duplicate, or answer 409 */
 
+    ctx->in_progress = 1;
+
     if (ngx_http_idempotency_hold(r, ctx) == NGX_AGAIN) {
         return NGX_AGAIN;
     }
 
-    ctx->problem = NGX_HTTP_IDEMPOTENCY_P_CONFLICT;
-    ctx->retry_after = (lease_ms + 999) / 1000;
+    /*
+     * A live owner renews its lease while it works, so the rest of the
+     * lease says nothing about when the answer will be there: clients
+     * that honour Retry-After (stripe-node does) would wait a whole lease
+     * for a response ready a moment later.  A retry is one cheap claim.
+     */
 
-    if (ctx->retry_after < 1) {
-        ctx->retry_after = 1;
-    }
+    ctx->problem = NGX_HTTP_IDEMPOTENCY_P_CONFLICT;
+    ctx->retry_after = 1;
 
     ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
                                  NGX_HTTP_IDEMPOTENCY_CONFLICT);
@@ -754,6 +769,11 @@ ngx_http_idempotency_store_failed(ngx_http_request_t *r,
         break;
     }
 
+    if (ctx->in_progress) {
+        ngx_http_idempotency_store_failed_held(r, ctx, what);
+        return;
+    }
+
     level = (ilcf->on_store_error == NGX_HTTP_IDEMPOTENCY_STORE_PASS)
             ? NGX_LOG_WARN : NGX_LOG_ERR;
 
@@ -777,6 +797,33 @@ ngx_http_idempotency_store_failed(ngx_http_request_t *r,
     ctx->retry_after = 1;
     ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
                                  NGX_HTTP_IDEMPOTENCY_ERROR);
+}
+
+
+/*
+ * A held duplicate's poll failed.  The key was seen in progress: under
+ * any idempotency_on_store_error, forwarding it could run the operation
+ * twice.  It goes on waiting while its wait lasts, then gets 409.
+ */
+
+static void
+ngx_http_idempotency_store_failed_held(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, const char *what)
+{
+    ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                  "idempotency store \"%V\" mysql=%V: poll of key \"%V\" "
+                  "failed: %s; the key was in progress, so the request is "
+                  "never forwarded", &ctx->conf->store->name,
+                  &ctx->shard->name, &ctx->key, what);
+
+    if (ngx_http_idempotency_hold(r, ctx) == NGX_AGAIN) {
+        return;
+    }
+
+    ctx->problem = NGX_HTTP_IDEMPOTENCY_P_CONFLICT;
+    ctx->retry_after = 1;
+    ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
+                                 NGX_HTTP_IDEMPOTENCY_CONFLICT);
 }
 
 
@@ -958,72 +1005,12 @@ ngx_http_idempotency_wait_handler(ngx_event_t *ev)
 }
 
 
-static void
-ngx_http_idempotency_renew_handler(ngx_event_t *ev)
-{
-    ngx_http_idempotency_op_t   *op;
-    ngx_http_idempotency_ctx_t  *ctx;
-
-    ctx = ev->data;
-
-    if (!ctx->owner) {
-        return;
-    }
-
-    ngx_add_timer(ev, ngx_max(ctx->conf->lease / 3, 1));
-
-    if (ctx->renew_op) {
-        return;
-    }
-
-    op = ngx_http_idempotency_sql_renew(ctx->shard, ngx_cycle->log,
-                                        ctx->key_hash, ctx->token,
-                                        ctx->conf->lease);
-    if (op == NULL) {
-        return;
-    }
-
-    op->handler = ngx_http_idempotency_renew_done;
-    op->data = ctx;
-    ctx->renew_op = op;
-
-    ngx_http_idempotency_op_run(op);
-}
-
-
-static void
-ngx_http_idempotency_renew_done(ngx_http_idempotency_op_t *op)
-{
-    ngx_http_idempotency_ctx_t  *ctx;
-
-    ctx = op->data;
-    ctx->renew_op = NULL;
-
-    if (op->rc != NGX_HTTP_IDEMPOTENCY_OP_OK) {
-        ngx_log_error(NGX_LOG_WARN, ctx->request->connection->log, 0,
-                      "idempotency store \"%V\" mysql=%V: lease renewal of "
-                      "key \"%V\" failed (%ui), will try again",
-                      &ctx->conf->store->name, &ctx->shard->name, &ctx->key,
-                      op->rc);
-        return;
-    }
-
-    if (op->affected_rows == 0 && ctx->owner) {
-        ngx_log_error(NGX_LOG_WARN, ctx->request->connection->log, 0,
-                      "idempotency: key \"%V\" is no longer held by this "
-                      "request (lease lost)", &ctx->key);
-    }
-}
-
-
 void
 ngx_http_idempotency_handed_over(ngx_http_idempotency_ctx_t *ctx)
 {
     ctx->owner = 0;
 
-    if (ctx->renew_ev.timer_set) {
-        ngx_del_timer(&ctx->renew_ev);
-    }
+    ngx_http_idempotency_lease_stop(&ctx->lease);
 }
 
 
@@ -1085,6 +1072,7 @@ ngx_http_idempotency_cleanup(void *data)
 {
     ngx_http_idempotency_ctx_t  *ctx = data;
 
+    ngx_connection_t               *c;
     ngx_http_idempotency_op_t      *op;
     ngx_http_idempotency_orphan_t  *o;
 
@@ -1099,10 +1087,11 @@ ngx_http_idempotency_cleanup(void *data)
     /* a Redis lookup in flight, the waiter list, a posted wakeup */
     ngx_http_idempotency_tier_cleanup(ctx);
 
-    if (ctx->renew_op) {
-        ngx_http_idempotency_op_detach(ctx->renew_op);
-        ctx->renew_op = NULL;
+    if (ctx->hold_ev.timer_set) {
+        ngx_del_timer(&ctx->hold_ev);
     }
+
+    ngx_http_idempotency_lease_stop(&ctx->lease);
 
     op = ctx->op;
 
@@ -1128,21 +1117,26 @@ ngx_http_idempotency_cleanup(void *data)
         ctx->op = NULL;
     }
 
-    if (ctx->owner && ctx->request->connection->error) {
+    c = ctx->request->connection;
+
+    if (ctx->owner && (c->error || c->timedout)) {
 
         /*
-         * The client went away while the upstream worked, and nginx cut
-         * the upstream off: whether it executed is unknown.  A known
-         * status is recorded as executed-not-stored; otherwise the key
-         * stays in progress, unrenewed, until its lease ends (as when an
-         * owner dies).  Releasing it would invite a second execution.
+         * The client is gone and the response did not reach its end: the
+         * upstream failed after the client left, a client that stopped
+         * reading hit send_timeout (nginx then drains and cuts the
+         * upstream), or a content handler that is not an upstream stopped
+         * with its client.  Whether it executed is unknown.  A known status is recorded as
+         * executed-not-stored; otherwise the key stays in progress,
+         * unrenewed, until its lease ends (as when an owner dies).
+         * Releasing it would invite a second execution.
          */
 
         if (ctx->capturing) {
-            ngx_http_idempotency_abandon(ctx);
+            ngx_http_idempotency_filter_abandon(ctx);
 
         } else {
-            ngx_log_error(NGX_LOG_INFO, ctx->request->connection->log, 0,
+            ngx_log_error(NGX_LOG_INFO, c->log, 0,
                           "idempotency: client closed the connection while "
                           "key \"%V\" was upstream: the key stays in "
                           "progress until its lease ends", &ctx->key);
@@ -1152,6 +1146,9 @@ ngx_http_idempotency_cleanup(void *data)
 
     ngx_http_idempotency_release(ctx, "request ended before its response "
                                       "was complete");
+
+    /* a completion write goes on without the request */
+    ngx_http_idempotency_complete_detach(ctx);
 
     if (ctx->capture) {
         ngx_destroy_pool(ctx->capture);

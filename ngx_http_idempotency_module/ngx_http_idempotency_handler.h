@@ -15,6 +15,7 @@
 #include "ngx_http_idempotency_record.h"
 #include "ngx_http_idempotency_entry.h"
 #include "ngx_http_idempotency_redis.h"
+#include "ngx_http_idempotency_lease.h"
 
 
 /* ctx->phase */
@@ -44,13 +45,13 @@ typedef struct {
     time_t                             retry_after;
 
     ngx_http_idempotency_op_t         *op;         /* claim in flight */
-    ngx_http_idempotency_op_t         *renew_op;
+    ngx_msec_t                         claimed;    /* claim sent at */
+    ngx_http_idempotency_lease_t       lease;
     ngx_uint_t                         tries;      /* claims in a row */
     ngx_uint_t                         lost;       /* of them: 1213 */
     ngx_msec_t                         wait_until;
     ngx_msec_t                         poll_delay;
     ngx_event_t                        wait_ev;
-    ngx_event_t                        renew_ev;
     ngx_event_t                        resume_ev;
 
     ngx_pool_t                        *replay_pool;
@@ -73,7 +74,15 @@ typedef struct {
     off_t                              expect_len;
     ngx_uint_t                         resp_status;
 
+    /* the completion write, and the end of the response waiting for it */
+    void                              *job;
+    ngx_chain_t                       *kept;      /* end of response */
+    ngx_event_t                        hold_ev;
+
     unsigned                           owner:1;    /* holds the claim */
+    unsigned                           holding:1;  /* until committed */
+    unsigned                           gone:1;     /* client unwritable */
+    unsigned                           in_progress:1; /* seen so */
     unsigned                           capturing:1;
     unsigned                           capture_seen:1;
     unsigned                           too_large:1;
@@ -97,9 +106,6 @@ ngx_http_idempotency_ctx_t *ngx_http_idempotency_get_ctx(
 /* gives the claim up (the key is free for a retry) */
 void ngx_http_idempotency_release(ngx_http_idempotency_ctx_t *ctx,
     const char *why);
-
-/* the client left mid-response: record the key as executed, not stored */
-void ngx_http_idempotency_abandon(ngx_http_idempotency_ctx_t *ctx);
 
 /* the claim is handed to a completion write: stop renewing the lease */
 void ngx_http_idempotency_handed_over(ngx_http_idempotency_ctx_t *ctx);

@@ -58,6 +58,9 @@ static ngx_int_t ngx_http_idempotency_tier_variable(ngx_http_request_t *r,
 
 static void *ngx_http_idempotency_create_main_conf(ngx_conf_t *cf);
 static void *ngx_http_idempotency_create_loc_conf(ngx_conf_t *cf);
+static ngx_int_t ngx_http_idempotency_check_lease(ngx_log_t *log,
+    ngx_http_idempotency_store_t *store, ngx_msec_t lease);
+static void ngx_http_idempotency_ignore_client_abort(ngx_conf_t *cf);
 static char *ngx_http_idempotency_merge_loc_conf(ngx_conf_t *cf,
     void *parent, void *child);
 static ngx_int_t ngx_http_idempotency_init(ngx_conf_t *cf);
@@ -1155,7 +1158,11 @@ ngx_http_idempotency_merge_loc_conf(ngx_conf_t *cf, void *parent,
     ngx_conf_merge_uint_value(conf->on_store_error, prev->on_store_error,
                               NGX_HTTP_IDEMPOTENCY_STORE_REJECT);
 
-    if (conf->store && (ngx_msec_t) conf->ttl * 1000 <= conf->lease) {
+    if (conf->store == NULL) {
+        return NGX_CONF_OK;
+    }
+
+    if ((ngx_msec_t) conf->ttl * 1000 <= conf->lease) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "\"idempotency_lease\" (%Mms) must be shorter "
                            "than \"idempotency_ttl\" (%Ts)",
@@ -1163,7 +1170,91 @@ ngx_http_idempotency_merge_loc_conf(ngx_conf_t *cf, void *parent,
         return NGX_CONF_ERROR;
     }
 
+    /* checked against the store's query_timeout in postconfiguration:
+     * the store may be defined after this location */
+
+    if (conf->lease < conf->store->min_lease || conf->store->min_lease == 0)
+    {
+        conf->store->min_lease = conf->lease;
+    }
+
+    ngx_http_idempotency_ignore_client_abort(cf);
+
     return NGX_CONF_OK;
+}
+
+
+/*
+ * A lease must outlive a failed renewal and a successful one: renewals
+ * start every lease / 3 and each may take query_timeout.
+ */
+
+static ngx_int_t
+ngx_http_idempotency_check_lease(ngx_log_t *log,
+    ngx_http_idempotency_store_t *store, ngx_msec_t lease)
+{
+    if (store->query_timeout == 0 || lease >= 3 * store->query_timeout) {
+        return NGX_OK;
+    }
+
+    ngx_log_error(NGX_LOG_EMERG, log, 0,
+                  "\"idempotency_lease\" (%Mms) must be at least three "
+                  "times the query_timeout of idempotency store \"%V\" "
+                  "(%Mms): a lease renewal could not fail once and still "
+                  "keep the key", lease, &store->name, store->query_timeout);
+
+    return NGX_ERROR;
+}
+
+
+/*
+ * Once a protected request is forwarded, its upstream exchange must run
+ * to its end even when the client goes away: the backend has executed,
+ * and the retry that is sure to come must get this response.  nginx's
+ * upstream modules cut the upstream off when the client closes, unless
+ * their *_ignore_client_abort is on: it is turned on for every location
+ * that has a store.  (Each of these modules' location configuration
+ * starts with its ngx_http_upstream_conf_t.)
+ */
+
+static void
+ngx_http_idempotency_ignore_client_abort(ngx_conf_t *cf)
+{
+    ngx_uint_t                 i, n;
+    ngx_module_t              *m;
+    ngx_http_conf_ctx_t       *ctx;
+    ngx_http_upstream_conf_t  *ucf;
+
+    static const char  *upstreams[] = {
+        "ngx_http_proxy_module",
+        "ngx_http_fastcgi_module",
+        "ngx_http_uwsgi_module",
+        "ngx_http_scgi_module",
+        "ngx_http_grpc_module",
+        "ngx_http_memcached_module"
+    };
+
+    ctx = cf->ctx;
+
+    for (i = 0; cf->cycle->modules[i]; i++) {
+        m = cf->cycle->modules[i];
+
+        if (m->type != NGX_HTTP_MODULE) {
+            continue;
+        }
+
+        for (n = 0; n < sizeof(upstreams) / sizeof(upstreams[0]); n++) {
+            if (ngx_strcmp(m->name, upstreams[n]) != 0) {
+                continue;
+            }
+
+            ucf = ctx->loc_conf[m->ctx_index];
+
+            if (ucf) {
+                ucf->ignore_client_abort = 1;
+            }
+        }
+    }
 }
 
 
@@ -1187,6 +1278,14 @@ ngx_http_idempotency_init(ngx_conf_t *cf)
                           "(no \"idempotency_store %V ...\") in %s:%ui",
                           &stores[i]->name, &stores[i]->name,
                           stores[i]->conf_file, stores[i]->conf_line);
+            return NGX_ERROR;
+        }
+
+        if (stores[i]->min_lease
+            && ngx_http_idempotency_check_lease(cf->log, stores[i],
+                                                stores[i]->min_lease)
+               != NGX_OK)
+        {
             return NGX_ERROR;
         }
     }

@@ -50,6 +50,7 @@ typedef struct {
     ngx_uint_t                      index;
     ngx_http_idempotency_store_t   *store;
     void                           *pool;
+    size_t                          max_packet; /* per worker, 0: unknown */
 } ngx_http_idempotency_shard_t;
 
 
@@ -66,6 +67,7 @@ struct ngx_http_idempotency_store_s {
     ngx_msec_t                      query_timeout;
     ngx_msec_t                      purge;     /* interval, 0: off */
     ngx_uint_t                      purge_batch;
+    ngx_msec_t                      min_lease; /* of its locations */
 
     /* replay tiers (tier.h): only completed responses, never claims */
     ngx_shm_zone_t                 *cache;     /* cache=, or NULL */

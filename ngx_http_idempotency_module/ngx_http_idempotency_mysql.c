@@ -125,6 +125,8 @@ static void ngx_http_idempotency_mysql_kick(
     ngx_http_idempotency_mysql_pool_t *pool);
 static void ngx_http_idempotency_mysql_fail_waiting(
     ngx_http_idempotency_mysql_pool_t *pool);
+static void ngx_http_idempotency_mysql_enqueue(
+    ngx_http_idempotency_mysql_pool_t *pool, ngx_http_idempotency_op_t *op);
 
 static ngx_int_t ngx_http_idempotency_mysql_open(
     ngx_http_idempotency_mysql_pool_t *pool, ngx_http_idempotency_op_t *op);
@@ -284,14 +286,14 @@ ngx_http_idempotency_op_run(ngx_http_idempotency_op_t *op)
     {
         /* a new connection will be made for it */
 
-        ngx_queue_insert_tail(&pool->waiting, &op->queue);
-        pool->nwaiting++;
-
+        ngx_http_idempotency_mysql_enqueue(pool, op);
         ngx_http_idempotency_mysql_kick(pool);
         return;
     }
 
-    if (pool->nwaiting >= store->wait_queue + pool->nunbound) {
+    if (!op->urgent
+        && pool->nwaiting >= store->wait_queue + pool->nunbound)
+    {
         ngx_log_debug3(NGX_LOG_DEBUG_HTTP, op->log, 0,
                        "idempotency mysql %s: pool busy, "
                        "%ui connections, %ui waiting",
@@ -302,8 +304,39 @@ ngx_http_idempotency_op_run(ngx_http_idempotency_op_t *op)
         return;
     }
 
-    ngx_queue_insert_tail(&pool->waiting, &op->queue);
+    ngx_http_idempotency_mysql_enqueue(pool, op);
+}
+
+
+/* urgent ops wait behind urgent ones only, the others in arrival order */
+
+static void
+ngx_http_idempotency_mysql_enqueue(ngx_http_idempotency_mysql_pool_t *pool,
+    ngx_http_idempotency_op_t *op)
+{
+    ngx_queue_t                *q;
+    ngx_http_idempotency_op_t  *w;
+
     pool->nwaiting++;
+
+    if (!op->urgent) {
+        ngx_queue_insert_tail(&pool->waiting, &op->queue);
+        return;
+    }
+
+    for (q = ngx_queue_head(&pool->waiting);
+         q != ngx_queue_sentinel(&pool->waiting);
+         q = ngx_queue_next(q))
+    {
+        w = ngx_queue_data(q, ngx_http_idempotency_op_t, queue);
+
+        if (!w->urgent) {
+            break;
+        }
+    }
+
+    /* before q: the first non-urgent op, or the sentinel (the tail) */
+    ngx_queue_insert_tail(q, &op->queue);
 }
 
 
@@ -323,52 +356,6 @@ ngx_http_idempotency_op_detach(ngx_http_idempotency_op_t *op)
         /* never ran */
         ngx_destroy_pool(op->pool);
     }
-}
-
-
-u_char *
-ngx_http_idempotency_mysql_escape(u_char *dst, u_char *src, size_t len)
-{
-    u_char  ch;
-
-    while (len--) {
-        ch = *src++;
-
-        switch (ch) {
-
-        case '\0':
-            *dst++ = '\\';
-            *dst++ = '0';
-            break;
-
-        case '\n':
-            *dst++ = '\\';
-            *dst++ = 'n';
-            break;
-
-        case '\r':
-            *dst++ = '\\';
-            *dst++ = 'r';
-            break;
-
-        case '\\':
-        case '\'':
-        case '"':
-            *dst++ = '\\';
-            *dst++ = ch;
-            break;
-
-        case '\032':
-            *dst++ = '\\';
-            *dst++ = 'Z';
-            break;
-
-        default:
-            *dst++ = ch;
-        }
-    }
-
-    return dst;
 }
 
 

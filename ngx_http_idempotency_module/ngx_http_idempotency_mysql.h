@@ -59,6 +59,11 @@ struct ngx_http_idempotency_op_s {
      * handler then owns it and must destroy it */
     unsigned                              keep_pool:1;
 
+    /* a lease renewal or a completion: queued ahead of claims and polls
+     * and never refused for a full wait queue, so that a busy pool does
+     * not let a live owner's lease end */
+    unsigned                              urgent:1;
+
     /* private to the pool */
     ngx_queue_t                           queue;
     ngx_event_t                           timer;
@@ -78,11 +83,6 @@ void ngx_http_idempotency_op_run(ngx_http_idempotency_op_t *op);
 
 /* the requester is gone: the op finishes silently and frees itself */
 void ngx_http_idempotency_op_detach(ngx_http_idempotency_op_t *op);
-
-/* appends src escaped for a '...' literal (utf8mb4 connection charset,
- * backslash escapes on); dst needs 2 * len bytes */
-u_char *ngx_http_idempotency_mysql_escape(u_char *dst, u_char *src,
-    size_t len);
 
 /* worker exit: close every connection of every store */
 void ngx_http_idempotency_mysql_exit(ngx_cycle_t *cycle);

@@ -21,8 +21,9 @@ static u_char *ngx_http_idempotency_hex(u_char *p, u_char *src, size_t len);
 /*
  * One round trip for every verdict.  The INSERT claims a new key; on a
  * duplicate, ON DUPLICATE KEY UPDATE takes the row over only when it is
- * past retention (a new operation) or in progress with a dead lease and
- * the same fingerprint (the owner died).  @idem_take is computed in the
+ * past retention (a new operation; never while its owner still holds a
+ * live lease) or in progress with a dead lease and the same fingerprint
+ * (the owner died).  @idem_take is computed in the
  * first assignment, from the row as it was, and the others reuse it.
  * The SELECT then tells the caller who holds the key and, for a
  * completed key, returns the stored response.  When the INSERT made a
@@ -38,7 +39,8 @@ static const char  ngx_http_idempotency_claim_sql[] =
     "UTC_TIMESTAMP(3) + INTERVAL %T SECOND) "
     "ON DUPLICATE KEY UPDATE "
     "owner = IF(@idem_take := CASE "
-    "WHEN expires_at <= UTC_TIMESTAMP(3) THEN 1 "
+    "WHEN expires_at <= UTC_TIMESTAMP(3) "
+    "AND (state <> 0 OR lease_until <= UTC_TIMESTAMP(3)) THEN 1 "
     "WHEN state = 0 AND lease_until <= UTC_TIMESTAMP(3) AND %s THEN 2 "
     "ELSE 0 END, VALUES(owner), owner), "
     "state = IF(@idem_take, 0, state), "
@@ -49,8 +51,6 @@ static const char  ngx_http_idempotency_claim_sql[] =
     "status = IF(@idem_take, NULL, status), "
     "response = IF(@idem_take, NULL, response); "
     "SELECT state, owner = %s, %s, "
-    "GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(3), lease_until), 0) "
-    "DIV 1000, "
     "GREATEST(TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(3), expires_at), 0), "
     "@idem_take, status, response FROM `%V` WHERE key_hash = %s "
     "AND ROW_COUNT() <> 1";
@@ -163,6 +163,28 @@ ngx_http_idempotency_sql_release(ngx_http_idempotency_shard_t *shard,
 }
 
 
+ngx_http_idempotency_op_t *
+ngx_http_idempotency_sql_max_packet(ngx_http_idempotency_shard_t *shard,
+    ngx_log_t *log)
+{
+    ngx_http_idempotency_op_t  *op;
+
+    /* a pooled session keeps the value it had when it connected */
+    static ngx_str_t  sql = ngx_string("SELECT LEAST(@@max_allowed_packet, "
+                                       "@@global.max_allowed_packet)");
+
+    op = ngx_http_idempotency_op_create(shard, log, 0);
+    if (op == NULL) {
+        return NULL;
+    }
+
+    op->name = "max_allowed_packet";
+    op->sql = sql;
+
+    return op;
+}
+
+
 /*
  * The purge lease is a reserved row of the key table (key hash all zeros,
  * never the SHA-256 of a real key, expiring in 9999), so that purging
@@ -249,6 +271,12 @@ ngx_http_idempotency_sql_purge(ngx_http_idempotency_shard_t *shard,
 }
 
 
+/*
+ * The record goes in as one hex literal: no byte of the response is ever
+ * read as SQL text, whatever the session's character set and sql_mode,
+ * and the statement's size is known before it is built.
+ */
+
 ngx_int_t
 ngx_http_idempotency_sql_complete(ngx_pool_t *pool,
     ngx_http_idempotency_store_t *store, u_char *key_hash, u_char *owner,
@@ -264,8 +292,7 @@ ngx_http_idempotency_sql_complete(ngx_pool_t *pool,
     size = 256 + store->table.len;
 
     if (head) {
-        /* escaping at most doubles each byte */
-        size += 2 * (head->len + sizeof(blen) + body_len);
+        size += NGX_HTTP_IDEMPOTENCY_HEX(head->len + sizeof(blen) + body_len);
     }
 
     p = ngx_pnalloc(pool, size);
@@ -283,15 +310,16 @@ ngx_http_idempotency_sql_complete(ngx_pool_t *pool,
                     status);
 
     if (head) {
+        *p++ = 'X';
         *p++ = '\'';
-        p = ngx_http_idempotency_mysql_escape(p, head->data, head->len);
+        p = ngx_hex_dump(p, head->data, head->len);
 
         ngx_http_idempotency_record_body_len(blen, body_len);
-        p = ngx_http_idempotency_mysql_escape(p, blen, sizeof(blen));
+        p = ngx_hex_dump(p, blen, sizeof(blen));
 
         for (cl = body; cl; cl = cl->next) {
             b = cl->buf;
-            p = ngx_http_idempotency_mysql_escape(p, b->pos, b->last - b->pos);
+            p = ngx_hex_dump(p, b->pos, b->last - b->pos);
         }
 
         *p++ = '\'';

@@ -16,12 +16,11 @@
 #define NGX_HTTP_IDEMPOTENCY_F_STATE      0
 #define NGX_HTTP_IDEMPOTENCY_F_MINE       1
 #define NGX_HTTP_IDEMPOTENCY_F_SAME_FP    2
-#define NGX_HTTP_IDEMPOTENCY_F_LEASE_MS   3
-#define NGX_HTTP_IDEMPOTENCY_F_TTL_S      4
-#define NGX_HTTP_IDEMPOTENCY_F_TAKE       5
-#define NGX_HTTP_IDEMPOTENCY_F_STATUS     6
-#define NGX_HTTP_IDEMPOTENCY_F_RESPONSE   7
-#define NGX_HTTP_IDEMPOTENCY_F_COUNT      8
+#define NGX_HTTP_IDEMPOTENCY_F_TTL_S      3
+#define NGX_HTTP_IDEMPOTENCY_F_TAKE       4
+#define NGX_HTTP_IDEMPOTENCY_F_STATUS     5
+#define NGX_HTTP_IDEMPOTENCY_F_RESPONSE   6
+#define NGX_HTTP_IDEMPOTENCY_F_COUNT      7
 
 /* "take" when the claim updated an existing row */
 #define NGX_HTTP_IDEMPOTENCY_TAKE_EXPIRED 1
@@ -48,6 +47,10 @@ ngx_http_idempotency_op_t *ngx_http_idempotency_sql_renew(
 ngx_http_idempotency_op_t *ngx_http_idempotency_sql_release(
     ngx_http_idempotency_shard_t *shard, ngx_log_t *log, u_char *key_hash,
     u_char *owner);
+
+/* the server's max_allowed_packet, in one field */
+ngx_http_idempotency_op_t *ngx_http_idempotency_sql_max_packet(
+    ngx_http_idempotency_shard_t *shard, ngx_log_t *log);
 
 /* takes or renews the purge lease; returns one field, "1" when held */
 ngx_http_idempotency_op_t *ngx_http_idempotency_sql_purge_lease(

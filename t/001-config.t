@@ -79,6 +79,43 @@ invalid value "0" in "idempotency_lease" directive
 
 
 
+=== TEST 5b: a lease shorter than three query timeouts: a renewal could not fail once
+--- config
+    location /t { idempotency main; idempotency_lease 5s; }
+--- must_die
+--- error_log
+"idempotency_lease" (5000ms) must be at least three times the query_timeout of idempotency store "main" (2000ms)
+
+
+
+=== TEST 5c: the same check for a store defined after the location
+--- http_config
+upstream backend { server 127.0.0.1:$TEST_NGINX_BACKEND_PORT; }
+server {
+    listen 127.0.0.1:1;
+    location /t { idempotency late; idempotency_lease 1s; }
+}
+idempotency_store late mysql=127.0.0.1:$TEST_NGINX_MYSQL_PORT
+                  user=$TEST_NGINX_MYSQL_USER password=$TEST_NGINX_MYSQL_PASSWORD
+                  database=$TEST_NGINX_MYSQL_DB query_timeout=500ms;
+--- config
+--- must_die
+--- error_log
+"idempotency_lease" (1000ms) must be at least three times the query_timeout of idempotency store "late" (500ms)
+
+
+
+=== TEST 5d: a lease of three query timeouts is accepted
+--- http_config eval
+IdemTest::store_config(query_timeout => '200ms')
+--- config
+    location /t { idempotency main; idempotency_lease 600ms; return 204; }
+--- request
+GET /t
+--- error_code: 204
+
+
+
 === TEST 6: bad method
 --- config
     location /t { idempotency main; idempotency_methods POST FETCH; }

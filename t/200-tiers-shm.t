@@ -240,7 +240,7 @@ reconfiguring
 
 === TEST 7: an entry is never served past the key's retention
 --- http_config eval
-TierTest::tier_stores(main => 'cache=idem_t200:1m')
+TierTest::tier_stores(main => 'cache=idem_t200:1m query_timeout=300ms')
 --- config
     location /orders {
         idempotency main;
@@ -320,7 +320,7 @@ TierTest::tier_stores(main => 'cache=idem_t200:1m')
 --- config
     location /orders {
         idempotency main;
-        idempotency_lease 5s;
+        idempotency_lease 6s;
         proxy_pass http://backend;
         add_header X-Idem $idempotency_status always;
         add_header X-Tier $idempotency_tier always;

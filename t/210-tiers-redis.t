@@ -336,7 +336,7 @@ TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}")
 --- config
     location /orders {
         idempotency main;
-        idempotency_lease 5s;
+        idempotency_lease 6s;
         proxy_pass http://backend;
         add_header X-Idem $idempotency_status always;
         add_header X-Tier $idempotency_tier always;

@@ -56,7 +56,7 @@ sub store {
          . " user=" . ($ENV{TEST_NGINX_MYSQL_USER} || 'idem')
          . " password=" . ($ENV{TEST_NGINX_MYSQL_PASSWORD} || 'idem-secret')
          . " database=" . ($ENV{TEST_NGINX_MYSQL_DB} || 'idempotency')
-         . " pool=32 wait_queue=4096 connect_timeout=5s query_timeout=20s"
+         . " pool=32 wait_queue=4096 connect_timeout=5s query_timeout=10s"
          . " purge=1s purge_batch=10 cache=nodes$i:1m;\n";
 }
 

@@ -16,7 +16,7 @@ sub nginx_http {
 
     my $store = $store_port =~ /^\d+$/
         ? store_line('main', $store_port, pool => 32, wait_queue => 4096,
-                     connect_timeout => '5s', query_timeout => '20s')
+                     connect_timeout => '5s', query_timeout => '10s')
         : $store_port;
 
     return $store . <<"HTTP";

@@ -1,0 +1,467 @@
+
+/*
+ * ngx_http_idempotency_module: the completion write.
+ *
+ *     UPDATE t SET state = 1, status = :s, response = X'<record>', ...
+ *      WHERE key_hash = :kh AND owner = :me
+ *
+ * The job owns the captured response (the capture pool) and outlives the
+ * request.  Until the write is committed it keeps renewing the lease, so
+ * that neither a slow store nor a long retry lets a duplicate take the key
+ * over and run it again.  A record the server cannot take (larger than
+ * its max_allowed_packet, or refused for a reason that will repeat) is
+ * replaced at once by the small "executed, not stored" update: retries
+ * then get 410, never a second execution.
+ */
+
+
+#include <mysqld_error.h>
+#include <errmsg.h>
+
+#include "ngx_http_idempotency_complete.h"
+#include "ngx_http_idempotency_filter.h"
+#include "ngx_http_idempotency_lease.h"
+#include "ngx_http_idempotency_sql.h"
+#include "ngx_http_idempotency_tier.h"
+
+
+/* completion writes are retried this long, at least twice the lease */
+#define NGX_HTTP_IDEMPOTENCY_COMPLETE_TIME   60000
+
+/* statements up to this size fit any server's max_allowed_packet as
+ * configured in practice; above it the server's value is asked once */
+#define NGX_HTTP_IDEMPOTENCY_SAFE_PACKET     (1024 * 1024)
+
+
+typedef struct {
+    ngx_pool_t                     *pool;
+    ngx_http_idempotency_store_t   *store;
+    ngx_http_idempotency_shard_t   *shard;
+    ngx_http_idempotency_ctx_t     *ctx;       /* NULL once it ended */
+    ngx_str_t                       sql;
+    ngx_str_t                       key;
+    ngx_uint_t                      status;
+    ngx_uint_t                      tries;
+    ngx_msec_t                      deadline;
+    ngx_event_t                     retry;
+    ngx_http_idempotency_lease_t    lease;
+
+    /* the record is head, body length, body (all in pool); for the
+     * replay tiers too once the row is completed; head.len 0: the
+     * response is recorded as executed, not stored */
+    ngx_str_t                       head;
+    ngx_chain_t                    *body;
+    size_t                          body_len;
+    time_t                          expires;
+
+    unsigned                        asked:1;   /* max_allowed_packet */
+    unsigned                        lost:1;    /* a connection lost */
+
+    u_char                    key_hash[NGX_HTTP_IDEMPOTENCY_HASH_LEN];
+    u_char                    fingerprint[NGX_HTTP_IDEMPOTENCY_HASH_LEN];
+    u_char                    token[NGX_HTTP_IDEMPOTENCY_TOKEN_LEN];
+} ngx_http_idempotency_job_t;
+
+
+static ngx_int_t ngx_http_idempotency_job_sql(
+    ngx_http_idempotency_job_t *job);
+static void ngx_http_idempotency_job_unstored(ngx_http_idempotency_job_t *job,
+    ngx_str_t *why);
+static void ngx_http_idempotency_job_run(ngx_event_t *ev);
+static void ngx_http_idempotency_job_ask(ngx_http_idempotency_job_t *job);
+static void ngx_http_idempotency_job_asked(ngx_http_idempotency_op_t *op);
+static void ngx_http_idempotency_job_done(ngx_http_idempotency_op_t *op);
+static ngx_uint_t ngx_http_idempotency_job_repeats(
+    ngx_http_idempotency_op_t *op);
+static void ngx_http_idempotency_job_tiers(ngx_http_idempotency_job_t *job);
+static void ngx_http_idempotency_job_end(ngx_http_idempotency_job_t *job);
+
+
+ngx_int_t
+ngx_http_idempotency_complete(ngx_http_idempotency_ctx_t *ctx)
+{
+    ngx_pool_t                  *pool;
+    ngx_http_idempotency_job_t  *job;
+
+    pool = ctx->capture;
+
+    job = ngx_pcalloc(pool, sizeof(ngx_http_idempotency_job_t));
+    if (job == NULL) {
+        ngx_http_idempotency_release(ctx, "no memory");
+        return NGX_ERROR;
+    }
+
+    job->pool = pool;
+    job->store = ctx->conf->store;
+    job->shard = ctx->shard;
+    job->status = ctx->resp_status;
+    job->expires = ctx->expires;
+    job->deadline = ngx_current_msec
+                    + ngx_max(2 * ctx->conf->lease,
+                              NGX_HTTP_IDEMPOTENCY_COMPLETE_TIME);
+
+    ngx_memcpy(job->key_hash, ctx->key_hash, NGX_HTTP_IDEMPOTENCY_HASH_LEN);
+    ngx_memcpy(job->token, ctx->token, NGX_HTTP_IDEMPOTENCY_TOKEN_LEN);
+
+    /* the row's fingerprint: zeros when fingerprints are not compared */
+
+    if (ctx->conf->fingerprint) {
+        ngx_memcpy(job->fingerprint, ctx->fingerprint,
+                   NGX_HTTP_IDEMPOTENCY_HASH_LEN);
+    }
+
+    if (!ctx->too_large) {
+        job->head = ctx->head;
+        job->body = ctx->body;
+        job->body_len = ctx->body_len;
+    }
+
+    job->key.data = ngx_pstrdup(pool, &ctx->key);
+    job->key.len = ctx->key.len;
+
+    if (job->key.data == NULL || ngx_http_idempotency_job_sql(job) != NGX_OK)
+    {
+        ngx_http_idempotency_release(ctx, "no memory");
+        return NGX_ERROR;
+    }
+
+    /* the job owns the capture and the claim now */
+
+    ctx->capture = NULL;
+
+    job->lease = ctx->lease;
+    job->lease.op = NULL;
+    ngx_memzero(&job->lease.ev, sizeof(ngx_event_t));
+    job->lease.key = &job->key;
+    job->lease.key_hash = job->key_hash;
+    job->lease.token = job->token;
+    job->lease.log = ngx_cycle->log;
+
+    ngx_http_idempotency_handed_over(ctx);
+    ngx_http_idempotency_lease_start(&job->lease);
+
+    job->ctx = ctx;
+    ctx->job = job;
+
+    job->retry.handler = ngx_http_idempotency_job_run;
+    job->retry.data = job;
+    job->retry.log = ngx_cycle->log;
+
+    ngx_http_idempotency_job_run(&job->retry);
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_idempotency_complete_detach(ngx_http_idempotency_ctx_t *ctx)
+{
+    ngx_http_idempotency_job_t  *job;
+
+    job = ctx->job;
+
+    if (job) {
+        job->ctx = NULL;
+        ctx->job = NULL;
+    }
+}
+
+
+static ngx_int_t
+ngx_http_idempotency_job_sql(ngx_http_idempotency_job_t *job)
+{
+    return ngx_http_idempotency_sql_complete(job->pool, job->store,
+                                             job->key_hash, job->token,
+                                             job->status,
+                                             job->head.len ? &job->head
+                                                           : NULL,
+                                             job->body, job->body_len,
+                                             &job->sql);
+}
+
+
+/* the record cannot be stored: record the key as executed instead */
+
+static void
+ngx_http_idempotency_job_unstored(ngx_http_idempotency_job_t *job,
+    ngx_str_t *why)
+{
+    ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                  "idempotency store \"%V\" mysql=%V: response of key "
+                  "\"%V\" (%uz bytes) cannot be stored: %V; recorded as "
+                  "executed, not stored (retries get 410)",
+                  &job->store->name, &job->shard->name, &job->key,
+                  job->sql.len, why);
+
+    job->head.len = 0;
+    job->body = NULL;
+    job->body_len = 0;
+}
+
+
+static void
+ngx_http_idempotency_job_run(ngx_event_t *ev)
+{
+    ngx_http_idempotency_op_t     *op;
+    ngx_http_idempotency_job_t    *job;
+    ngx_http_idempotency_shard_t  *shard;
+
+    static ngx_str_t  too_large =
+        ngx_string("larger than the server's max_allowed_packet");
+
+    job = ev->data;
+    shard = job->shard;
+
+    /*
+     * A large record, or one whose connection was lost (a server closes
+     * the connection after refusing a packet over its limit, and the
+     * client may see only that): check it against max_allowed_packet.
+     */
+
+    if (job->head.len
+        && (job->sql.len > NGX_HTTP_IDEMPOTENCY_SAFE_PACKET || job->lost))
+    {
+        if ((shard->max_packet == 0 || job->lost) && !job->asked) {
+            ngx_http_idempotency_job_ask(job);
+            return;
+        }
+
+        if (shard->max_packet && job->sql.len >= shard->max_packet) {
+            ngx_http_idempotency_job_unstored(job, &too_large);
+
+            if (ngx_http_idempotency_job_sql(job) != NGX_OK) {
+                ngx_http_idempotency_job_end(job);
+                return;
+            }
+        }
+    }
+
+    op = ngx_http_idempotency_op_create(shard, ngx_cycle->log, 0);
+    if (op == NULL) {
+        ngx_http_idempotency_job_end(job);
+        return;
+    }
+
+    op->name = "complete";
+    op->sql = job->sql;
+    op->urgent = 1;
+    op->handler = ngx_http_idempotency_job_done;
+    op->data = job;
+
+    job->tries++;
+
+    ngx_http_idempotency_op_run(op);
+}
+
+
+/* the server's max_allowed_packet, once per worker and server */
+
+static void
+ngx_http_idempotency_job_ask(ngx_http_idempotency_job_t *job)
+{
+    ngx_http_idempotency_op_t  *op;
+
+    job->asked = 1;
+
+    op = ngx_http_idempotency_sql_max_packet(job->shard, ngx_cycle->log);
+    if (op == NULL) {
+        ngx_http_idempotency_job_run(&job->retry);
+        return;
+    }
+
+    op->urgent = 1;
+    op->handler = ngx_http_idempotency_job_asked;
+    op->data = job;
+
+    ngx_http_idempotency_op_run(op);
+}
+
+
+static void
+ngx_http_idempotency_job_asked(ngx_http_idempotency_op_t *op)
+{
+    ngx_int_t                    n;
+    ngx_http_idempotency_job_t  *job;
+
+    job = op->data;
+
+    if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK && op->nrows == 1
+        && op->fields[0].data)
+    {
+        n = ngx_atoi(op->fields[0].data, op->fields[0].len);
+
+        if (n > 0) {
+            job->shard->max_packet = n;
+        }
+    }
+
+    ngx_http_idempotency_job_run(&job->retry);
+}
+
+
+static void
+ngx_http_idempotency_job_done(ngx_http_idempotency_op_t *op)
+{
+    ngx_http_idempotency_job_t    *job;
+    ngx_http_idempotency_shard_t  *shard;
+
+    job = op->data;
+    shard = job->shard;
+
+    if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK) {
+
+        if (op->affected_rows == 0) {
+            ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
+                          "idempotency store \"%V\" mysql=%V: response of "
+                          "key \"%V\" not stored: the key is no longer "
+                          "held by its request (lease lost)",
+                          &shard->store->name, &shard->name, &job->key);
+
+        } else {
+            ngx_http_idempotency_job_tiers(job);
+        }
+
+        ngx_http_idempotency_job_end(job);
+        return;
+    }
+
+    if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR
+        && (op->err == CR_SERVER_GONE_ERROR || op->err == CR_SERVER_LOST))
+    {
+        job->lost = 1;
+
+        if (job->head.len && !job->asked) {
+            /* first see whether the record fits the server at all */
+            ngx_http_idempotency_job_run(&job->retry);
+            return;
+        }
+    }
+
+    if (job->head.len && ngx_http_idempotency_job_repeats(op)) {
+        ngx_http_idempotency_job_unstored(job, &op->err_text);
+
+        if (ngx_http_idempotency_job_sql(job) != NGX_OK) {
+            ngx_http_idempotency_job_end(job);
+            return;
+        }
+
+        ngx_http_idempotency_job_run(&job->retry);
+        return;
+    }
+
+    /*
+     * The UPDATE is conditional on the owner token: running it again is
+     * harmless, so every other failure (a lost connection, KILL QUERY, a
+     * lock wait timeout, the store away) is retried while the lease is
+     * kept alive.
+     */
+
+    if ((ngx_msec_int_t) (job->deadline - ngx_current_msec) > 0) {
+        ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
+                      "idempotency store \"%V\" mysql=%V: storing the "
+                      "response of key \"%V\" failed (%ui%s%V), retrying",
+                      &shard->store->name, &shard->name, &job->key, op->rc,
+                      op->err_text.len ? ": " : "", &op->err_text);
+
+        /* 250 ms doubling up to 1 s; the timer is not cancelable, so a
+         * graceful shutdown waits for the write */
+
+        ngx_add_timer(&job->retry,
+                      job->tries > 2 ? 1000 : 250 << (job->tries - 1));
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                  "idempotency store \"%V\" mysql=%V: response of key \"%V\" "
+                  "could not be stored (%ui%s%V): the key stays in "
+                  "progress and a retry after its lease executes it again",
+                  &shard->store->name, &shard->name, &job->key, op->rc,
+                  op->err_text.len ? ": " : "", &op->err_text);
+
+    ngx_http_idempotency_job_end(job);
+}
+
+
+/* a refusal that the same statement would get again */
+
+static ngx_uint_t
+ngx_http_idempotency_job_repeats(ngx_http_idempotency_op_t *op)
+{
+    if (op->rc != NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR) {
+        return 0;
+    }
+
+    switch (op->err) {
+
+    case ER_NET_PACKET_TOO_LARGE:
+    case ER_WARN_ALLOWED_PACKET_OVERFLOWED:
+    case ER_DATA_TOO_LONG:
+    case CR_NET_PACKET_TOO_LARGE:
+        return 1;
+
+    default:
+        return 0;
+    }
+}
+
+
+/*
+ * The row is completed now, and never changes again within its
+ * retention: the tiers may serve it, and the duplicates this worker
+ * holds may look again at once.
+ */
+
+static void
+ngx_http_idempotency_job_tiers(ngx_http_idempotency_job_t *job)
+{
+    ngx_buf_t    hb, lb;
+    ngx_chain_t  hcl, lcl;
+    u_char       blen[4];
+
+    if (job->head.len) {
+        ngx_memzero(&hb, sizeof(ngx_buf_t));
+        hb.pos = job->head.data;
+        hb.last = job->head.data + job->head.len;
+
+        ngx_http_idempotency_record_body_len(blen, job->body_len);
+
+        ngx_memzero(&lb, sizeof(ngx_buf_t));
+        lb.pos = blen;
+        lb.last = blen + sizeof(blen);
+
+        hcl.buf = &hb;
+        hcl.next = &lcl;
+        lcl.buf = &lb;
+        lcl.next = job->body;
+
+        ngx_http_idempotency_tier_put(job->store, job->key_hash,
+                                      NGX_HTTP_IDEMPOTENCY_ENTRY_FP,
+                                      job->fingerprint, job->expires, &hcl,
+                                      job->head.len + sizeof(blen)
+                                      + job->body_len);
+    }
+
+    ngx_http_idempotency_tier_wake(job->store, job->key_hash);
+}
+
+
+static void
+ngx_http_idempotency_job_end(ngx_http_idempotency_job_t *job)
+{
+    ngx_http_idempotency_ctx_t  *ctx;
+
+    ngx_http_idempotency_lease_stop(&job->lease);
+
+    if (job->retry.timer_set) {
+        ngx_del_timer(&job->retry);
+    }
+
+    ctx = job->ctx;
+
+    if (ctx) {
+        ctx->job = NULL;
+        ngx_http_idempotency_filter_committed(ctx);
+    }
+
+    ngx_destroy_pool(job->pool);
+}

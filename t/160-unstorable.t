@@ -1,0 +1,100 @@
+# A response the store cannot take is still recorded as executed: a
+# record larger than the server's max_allowed_packet falls back at once to
+# the small "executed, not stored" update, so retries get 410 and the
+# operation never runs twice.  Both ways are covered: the record checked
+# against max_allowed_packet before it is sent (over 1 MiB of statement),
+# and the server's refusal of a smaller one.
+
+use strict;
+use warnings;
+
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+use lib 't/stress';
+use IdemStress;
+
+plan skip_all => "TEST_NGINX_BACKEND_PORT is not set: run with 'make test'"
+    unless $ENV{TEST_NGINX_BACKEND_PORT} && $ENV{TEST_NGINX_MYSQL_SOCKET};
+
+$SIG{INT} = $SIG{TERM} = sub { exit 1 };
+IdemStress::lock_dir();
+
+my $P = port(161);
+my $tag = "u$$-" . int(time);
+my ($ngx, $saved);
+
+sub root_sql {
+    my ($stmt) = @_;
+    my $out = `mariadb --no-defaults --batch --skip-column-names --protocol=socket --socket='$ENV{TEST_NGINX_MYSQL_SOCKET}' -u root -e "$stmt"`;
+    die "mariadb failed: $stmt\n" if $?;
+    chomp $out;
+    return $out;
+}
+
+END {
+    $ngx->stop if $ngx;
+    root_sql("SET GLOBAL max_allowed_packet = $saved") if $saved;
+}
+
+$saved = root_sql('SELECT @@global.max_allowed_packet');
+
+# the module's connections are all made after this
+root_sql('SET GLOBAL max_allowed_packet = 524288');
+
+$ngx = IdemStress::Nginx->start(name => 'unstorable', port => $P,
+    workers => 1,
+    http => store_line('main', $ENV{TEST_NGINX_MYSQL_PORT}, pool => 4)
+          . <<"HTTP");
+    upstream backend { server 127.0.0.1:$BACKEND_PORT; }
+
+    server {
+        listen 127.0.0.1:$P;
+
+        location /orders {
+            idempotency main;
+            idempotency_max_response_size 8m;
+            proxy_pass http://backend;
+            add_header X-Idem \$idempotency_status always;
+        }
+    }
+HTTP
+
+sub post {
+    my ($uri, $key) = @_;
+    return http_one(port => $P, method => 'POST', uri => $uri, key => $key,
+                    body => 'x', timeout => 30);
+}
+
+for my $case ([ 'checked before it is sent', 1048576 ],
+              [ 'refused by the server', 300000 ])
+{
+    my ($how, $size) = @$case;
+    my $name = "a $size-byte response over max_allowed_packet ($how)";
+    my $key = "$tag-$size";
+    my $uri = "/orders?size=$size";
+
+    my $r = post($uri, $key);
+    is($r->{status}, 201, "$name: the client gets the response");
+    is(length($r->{body} // ''), $size, "$name: ... all of it");
+
+    for my $i (1, 2) {
+        $r = post($uri, $key);
+        is($r->{status}, 410, "$name: retry $i gets 410");
+        like($r->{body} // '', qr/response-not-stored/,
+             "$name: ... response-not-stored");
+    }
+
+    is(backend_count($key), 1, "$name: executed once");
+}
+
+my $log = $ngx->error_log;
+like($log, qr/cannot be stored: larger than the server's max_allowed_packet; recorded as executed/,
+     'the error log says the record was over max_allowed_packet');
+like($log, qr/cannot be stored: .*(max_allowed_packet|packet).*; recorded as executed/i,
+     'the error log says the server refused the record');
+unlike($log, qr/storing the response of key .* retrying|could not be stored/,
+       'the record was not retried: the fallback was written at once');
+is_deeply([ $ngx->crashes ], [], 'no worker crashed');
+
+done_testing();
