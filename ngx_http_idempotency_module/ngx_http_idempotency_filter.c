@@ -21,6 +21,12 @@
 #include "ngx_http_idempotency_complete.h"
 
 
+/* how long the end of a response waits for its completion */
+#define ngx_http_idempotency_hold_time(ctx)                                   \
+    ((ctx)->conf->store->query_timeout ? (ctx)->conf->store->query_timeout   \
+                                       : 2000)
+
+
 /*
  * r->buffered (4 bits, all taken by nginx's filters): the end of the
  * response waits for its completion.  The bit is the image filter's,
@@ -357,8 +363,7 @@ ngx_http_idempotency_captured(ngx_http_idempotency_ctx_t *ctx,
     ctx->hold_ev.data = ctx;
     ctx->hold_ev.log = r->connection->log;
 
-    ngx_add_timer(&ctx->hold_ev, ctx->conf->store->query_timeout
-                                 ? ctx->conf->store->query_timeout : 2000);
+    ngx_add_timer(&ctx->hold_ev, ngx_http_idempotency_hold_time(ctx));
 }
 
 
@@ -411,7 +416,7 @@ ngx_http_idempotency_hold_timeout(ngx_event_t *ev)
                   "not committed within %M ms: sent to the client anyway, "
                   "the write goes on (a duplicate meanwhile gets 409)",
                   &ctx->conf->store->name, &ctx->shard->name, &ctx->key,
-                  ctx->conf->store->query_timeout);
+                  ngx_http_idempotency_hold_time(ctx));
 
     ngx_http_idempotency_unhold(ctx);
 }

@@ -1126,10 +1126,10 @@ ngx_http_idempotency_cleanup(void *data)
          * upstream failed after the client left, a client that stopped
          * reading hit send_timeout (nginx then drains and cuts the
          * upstream), or a content handler that is not an upstream stopped
-         * with its client.  Whether it executed is unknown.  A known status is recorded as
-         * executed-not-stored; otherwise the key stays in progress,
-         * unrenewed, until its lease ends (as when an owner dies).
-         * Releasing it would invite a second execution.
+         * with its client.  Whether it executed is unknown.  A known
+         * status is recorded as executed-not-stored; otherwise the key
+         * stays in progress, unrenewed, until its lease ends (as when an
+         * owner dies).  Releasing it would invite a second execution.
          */
 
         if (ctx->capturing) {
