@@ -53,12 +53,13 @@ else
 endif
 
 .PHONY: all build deps services services-stop run stop test test-valgrind \
+        stress stress-short bench bench-shards test-galera fuzz test-asan \
         clean distclean help FORCE
 
-all: build
+all: build  ## build the module (the default)
 
 # Builds are serialized per checkout (several people share it).
-build:
+build:  ## build build/ngx_http_idempotency_module.so
 	@mkdir -p build
 	@flock build/.build.lock $(MAKE) $(SO)
 
@@ -126,20 +127,20 @@ FORCE:
 
 # ------------------------------------------------------------- services
 
-deps:
+deps:  ## install the Debian packages that are missing
 	@scripts/deps.sh
 
-services:
+services:  ## start the private MariaDB instances and Redis
 	@scripts/services.sh start
 
-services-stop:
+services-stop:  ## stop them
 	@scripts/services.sh stop
 
 # ----------------------------------------------------------------- demo
 
 RUN := $(BUILD)/run
 
-run: deps build services
+run: deps build services  ## the demo on 127.0.0.1:8080, with curl lines to try
 	@mkdir -p $(RUN)
 	@scripts/services.sh reset >/dev/null
 	@scripts/backend.sh restart $(BACKEND_PORT) $(RUN)/backend.pid $(RUN)/backend.log
@@ -159,7 +160,7 @@ run: deps build services
 	@echo
 	@echo "(run them all: NGINX_PORT=$(DEMO_PORT) BACKEND_PORT=$(BACKEND_PORT) demo/try.sh; stop: make stop)"
 
-stop:
+stop:  ## stop everything make run started
 	@scripts/nginx.sh stop $(RUN)
 	@scripts/backend.sh stop $(RUN)/backend.pid
 	@scripts/backend.sh stop $(BUILD)/test/backend.pid -q
@@ -186,37 +187,34 @@ TEST_ENV = \
     TEST_NGINX_FCGI_PORT=$(TEST_FCGI_PORT) \
     PROVE_FLAGS='$(PROVE_FLAGS)'
 
-test: deps build services
+test: deps build services  ## the whole suite (TEST_FILES=, PROVE_FLAGS=), with a short fuzz run first
 	@scripts/node-deps.sh
 	@if [ "$(FUZZ_TEST_SECONDS)" != 0 ]; then fuzz/run.sh -t $(FUZZ_TEST_SECONDS); fi
 	@env $(TEST_ENV) scripts/run-tests.sh $(TEST_FILES)
 
-test-valgrind: deps build services
+test-valgrind: deps build services  ## the suite with nginx under valgrind
 	@env $(TEST_ENV) TEST_NGINX_USE_VALGRIND=1 scripts/run-tests.sh $(TEST_FILES)
 
 # race and fault harness (t/stress/): `make test` runs the short races;
 # `make stress` runs the long one (more than 10 000 racing duplicates) and
 # `make stress-short` the short races and the faults, both with figures
-.PHONY: stress stress-short
 
-stress: deps build services
+stress: deps build services  ## the long race run (30 000 duplicates)
 	@env $(TEST_ENV) IDEM_STRESS=long PROVE_FLAGS=-v scripts/run-tests.sh t/100-races.t
 
-stress-short: deps build services
+stress-short: deps build services  ## the short races and the faults, with figures
 	@env $(TEST_ENV) PROVE_FLAGS=-v scripts/run-tests.sh t/100-races.t t/110-faults.t
 
 # first-request throughput with 1 vs 2 MySQL shards (docs/scale-out.md)
-.PHONY: bench-shards
 
-bench-shards: deps build services
+bench-shards: deps build services  ## first-request throughput with 1 and 2 shards
 	@bench/shards.sh
 
 # the benchmark (bench/, docs/benchmarks.md), not part of `make test`:
 # BENCH_ROUNDS, BENCH_DURATION, BENCH_CONNECTIONS, BENCH_THREADS and
 # BENCH_RSS_REQUESTS override its defaults (bench/run.sh lists them all)
-.PHONY: bench
 
-bench: deps build services
+bench: deps build services  ## throughput against nginx and two Node.js peers
 	@bench/setup.sh
 	@bench/run.sh
 
@@ -225,9 +223,8 @@ bench: deps build services
 # same keys (t-galera/, not part of `make test`); the cluster is stopped
 # at the end, pass or fail
 GALERA_BACKEND_PORT ?= 13380
-.PHONY: test-galera
 
-test-galera: deps build
+test-galera: deps build  ## a 3-node Galera cluster, two nginx racing through it
 	@rc=0; scripts/galera.sh start \
 	  && env $(TEST_ENV) TEST_NGINX_BACKEND_PORT=$(GALERA_BACKEND_PORT) \
 	       timeout -k 10 300 prove $(PROVE_FLAGS) -r t-galera/ \
@@ -239,30 +236,29 @@ test-galera: deps build
 # with nginx and the module built with ASan + UBSan (build/asan/)
 FUZZ_SECONDS      ?= 300
 FUZZ_TEST_SECONDS ?= 20
-.PHONY: fuzz test-asan
 
-fuzz: deps
+fuzz: deps  ## the libFuzzer targets, FUZZ_SECONDS each
 	@fuzz/run.sh -t $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
-test-asan: deps services
+test-asan: deps services  ## the suite with nginx and the module under ASan/UBSan
 	@scripts/asan.sh build
 	@env $(TEST_ENV) scripts/asan.sh test $(TEST_FILES)
 
 # ---------------------------------------------------------------- clean
 
-clean:
+clean:  ## remove the module build
 	rm -rf build/nginx-obj build/nginx-obj-custom build/*.so build/*.so.tmp \
 	       build/.so-sig
 
-distclean:
+distclean:  ## stop everything and remove build/ and t/servroot*
 	-@scripts/nginx.sh stop $(RUN)
 	-@scripts/backend.sh stop $(RUN)/backend.pid -q
 	-@scripts/backend.sh stop $(BUILD)/test/backend.pid -q
 	-@scripts/services.sh stop
 	rm -rf build t/servroot*
 
-help:
+help:  ## this list, made from the Makefile's own ## comments
 	@sed -n '1,/^$$/p' Makefile | sed 's/^# \{0,1\}//'
-	@echo "targets: all build deps services run stop test test-valgrind" \
-	      "stress stress-short fuzz test-asan test-galera bench" \
-	      "bench-shards clean distclean"
+	@echo "targets:"
+	@grep -E '^[a-z-]+:.*## ' Makefile \
+	  | sed -E 's/^([a-z-]+):[^#]*## (.*)/  \1\t\2/' | expand -t 18

@@ -22,7 +22,7 @@
 
 
 /* how long the end of a response waits for its completion */
-#define ngx_http_idempotency_hold_time(ctx)                                   \
+#define ngx_http_idempotency_keep_time(ctx)                                   \
     ((ctx)->conf->store->query_timeout ? (ctx)->conf->store->query_timeout   \
                                        : 2000)
 
@@ -46,11 +46,11 @@ static ngx_int_t ngx_http_idempotency_capture(ngx_http_idempotency_ctx_t *ctx,
     u_char *data, size_t size);
 static void ngx_http_idempotency_captured(ngx_http_idempotency_ctx_t *ctx,
     ngx_uint_t last);
-static ngx_int_t ngx_http_idempotency_hold(ngx_http_request_t *r,
+static ngx_int_t ngx_http_idempotency_keep(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_chain_t *in);
-static void ngx_http_idempotency_hold_timeout(ngx_event_t *ev);
-static void ngx_http_idempotency_unhold(ngx_http_idempotency_ctx_t *ctx);
-static void ngx_http_idempotency_unhold_handler(ngx_event_t *ev);
+static void ngx_http_idempotency_keep_timeout(ngx_event_t *ev);
+static void ngx_http_idempotency_send_kept(ngx_http_idempotency_ctx_t *ctx);
+static void ngx_http_idempotency_send_kept_handler(ngx_event_t *ev);
 static void ngx_http_idempotency_client_gone(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_chain_t *in);
 static void ngx_http_idempotency_consume(ngx_chain_t *in);
@@ -182,8 +182,8 @@ ngx_http_idempotency_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
         return NGX_OK;
     }
 
-    if (ctx->job && ctx->holding) {
-        return ngx_http_idempotency_hold(r, ctx, in);
+    if (ctx->job && ctx->keeping) {
+        return ngx_http_idempotency_keep(r, ctx, in);
     }
 
     if (ctx->kept) {
@@ -357,18 +357,18 @@ ngx_http_idempotency_captured(ngx_http_idempotency_ctx_t *ctx,
         return;
     }
 
-    ctx->holding = 1;
+    ctx->keeping = 1;
 
-    ctx->hold_ev.handler = ngx_http_idempotency_hold_timeout;
-    ctx->hold_ev.data = ctx;
-    ctx->hold_ev.log = r->connection->log;
+    ctx->keep_ev.handler = ngx_http_idempotency_keep_timeout;
+    ctx->keep_ev.data = ctx;
+    ctx->keep_ev.log = r->connection->log;
 
-    ngx_add_timer(&ctx->hold_ev, ngx_http_idempotency_hold_time(ctx));
+    ngx_add_timer(&ctx->keep_ev, ngx_http_idempotency_keep_time(ctx));
 }
 
 
 static ngx_int_t
-ngx_http_idempotency_hold(ngx_http_request_t *r,
+ngx_http_idempotency_keep(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_chain_t *in)
 {
     ngx_chain_t  *cl, **ll;
@@ -396,16 +396,16 @@ ngx_http_idempotency_hold(ngx_http_request_t *r,
 void
 ngx_http_idempotency_filter_committed(ngx_http_idempotency_ctx_t *ctx)
 {
-    if (ctx->hold_ev.timer_set) {
-        ngx_del_timer(&ctx->hold_ev);
+    if (ctx->keep_ev.timer_set) {
+        ngx_del_timer(&ctx->keep_ev);
     }
 
-    ngx_http_idempotency_unhold(ctx);
+    ngx_http_idempotency_send_kept(ctx);
 }
 
 
 static void
-ngx_http_idempotency_hold_timeout(ngx_event_t *ev)
+ngx_http_idempotency_keep_timeout(ngx_event_t *ev)
 {
     ngx_http_idempotency_ctx_t  *ctx;
 
@@ -416,20 +416,20 @@ ngx_http_idempotency_hold_timeout(ngx_event_t *ev)
                   "not committed within %M ms: sent to the client anyway, "
                   "the write goes on (a duplicate meanwhile gets 409)",
                   &ctx->conf->store->name, &ctx->shard->name, &ctx->key,
-                  ngx_http_idempotency_hold_time(ctx));
+                  ngx_http_idempotency_keep_time(ctx));
 
-    ngx_http_idempotency_unhold(ctx);
+    ngx_http_idempotency_send_kept(ctx);
 }
 
 
 static void
-ngx_http_idempotency_unhold(ngx_http_idempotency_ctx_t *ctx)
+ngx_http_idempotency_send_kept(ngx_http_idempotency_ctx_t *ctx)
 {
-    if (!ctx->holding) {
+    if (!ctx->keeping) {
         return;
     }
 
-    ctx->holding = 0;
+    ctx->keeping = 0;
 
     if (ctx->kept == NULL) {
         return;
@@ -437,7 +437,7 @@ ngx_http_idempotency_unhold(ngx_http_idempotency_ctx_t *ctx)
 
     /* not from inside the store op's handler: the request may end */
 
-    ctx->resume_ev.handler = ngx_http_idempotency_unhold_handler;
+    ctx->resume_ev.handler = ngx_http_idempotency_send_kept_handler;
     ctx->resume_ev.data = ctx->request;
     ctx->resume_ev.log = ctx->request->connection->log;
 
@@ -446,7 +446,7 @@ ngx_http_idempotency_unhold(ngx_http_idempotency_ctx_t *ctx)
 
 
 static void
-ngx_http_idempotency_unhold_handler(ngx_event_t *ev)
+ngx_http_idempotency_send_kept_handler(ngx_event_t *ev)
 {
     ngx_connection_t    *c;
     ngx_http_request_t  *r;

@@ -810,7 +810,9 @@ static void
 ngx_http_idempotency_store_failed_held(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, const char *what)
 {
-    ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+    /* info: a flood of held duplicates would write one line per poll */
+
+    ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                   "idempotency store \"%V\" mysql=%V: poll of key \"%V\" "
                   "failed: %s; the key was in progress, so the request is "
                   "never forwarded", &ctx->conf->store->name,
@@ -1087,8 +1089,8 @@ ngx_http_idempotency_cleanup(void *data)
     /* a Redis lookup in flight, the waiter list, a posted wakeup */
     ngx_http_idempotency_tier_cleanup(ctx);
 
-    if (ctx->hold_ev.timer_set) {
-        ngx_del_timer(&ctx->hold_ev);
+    if (ctx->keep_ev.timer_set) {
+        ngx_del_timer(&ctx->keep_ev);
     }
 
     ngx_http_idempotency_lease_stop(&ctx->lease);

@@ -77,10 +77,10 @@ typedef struct {
     /* the completion write, and the end of the response waiting for it */
     void                              *job;
     ngx_chain_t                       *kept;      /* end of response */
-    ngx_event_t                        hold_ev;
+    ngx_event_t                        keep_ev;
 
     unsigned                           owner:1;    /* holds the claim */
-    unsigned                           holding:1;  /* until committed */
+    unsigned                           keeping:1;  /* until committed */
     unsigned                           gone:1;     /* client unwritable */
     unsigned                           in_progress:1; /* seen so */
     unsigned                           capturing:1;

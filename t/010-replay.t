@@ -115,17 +115,21 @@ Content-Type: application/json
 
 
 
-=== TEST 6: 201 with Location is replayed with its Location
+=== TEST 6: 201 with Location is replayed with its Location, not executed again
 --- config
     location /orders { idempotency main; proxy_pass http://backend; }
+    location = /count { proxy_pass http://backend/__count; }
 --- more_headers
 Idempotency-Key: t010-6
 --- request eval
-["POST /orders\nx", "POST /orders\nx"]
+["POST /orders\nx", "POST /orders\nx", "GET /count?key=t010-6"]
 --- error_code eval
-[201, 201]
+[201, 201, 200]
 --- raw_response_headers_like eval
-["Location: /orders/ord-\\d+\r\n", "Location: /orders/ord-\\d+\r\n"]
+["Location: /orders/ord-\\d+\r\n",
+ "Location: /orders/ord-\\d+\r\n(.*\r\n)*Idempotent-Replayed: true\r\n", ""]
+--- response_body_like eval
+['"execution":1', '"execution":1', '^1$']
 --- no_error_log
 [error]
 

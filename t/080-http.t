@@ -41,7 +41,7 @@ Idempotency-Key: t080-1
 
 
 
-=== TEST 2: keepalive: several keys over one connection
+=== TEST 2: keepalive: requests without a key pass through, one connection
 --- pipelined_requests eval
 ["POST /orders?k=1\nx", "POST /orders?k=2\nx", "POST /orders?k=3\nx"]
 --- error_code eval

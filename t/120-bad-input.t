@@ -933,9 +933,8 @@ X-Idem: new
 === TEST 61: the slow body's duplicate, sent at once, is replayed
 --- more_headers
 Idempotency-Key: t120-60
---- request
-POST /orders
-hello world
+--- request eval
+"POST /orders\nhello world"
 --- error_code: 201
 --- response_headers
 X-Idem: replay

@@ -35,13 +35,27 @@ sub store_config {
          . "upstream backend { server 127.0.0.1:\$TEST_NGINX_BACKEND_PORT; }\n";
 }
 
-# every block gets the store and the backend unless it brings its own
+# every block gets the store and the backend unless it brings its own; an
+# [alert] or [crit] line (a crashed worker is an [alert] of the master)
+# fails every block, under both runners, unless the block expects one
 Test::Nginx::Socket::add_block_preprocessor(sub {
     my $block = shift;
 
     if (!defined $block->http_config) {
         $block->set_value('http_config', store_config());
     }
+
+    my $expected = $block->error_log // '';
+    my $never = $block->no_error_log // '';
+
+    return if ref $expected || ref $never || defined scalar($block->must_die);
+
+    for my $level ('[alert]', '[crit]') {
+        next if index($expected, $level) >= 0 || index($never, $level) >= 0;
+        $never .= ($never eq '' || $never =~ /\n\z/ ? '' : "\n") . "$level\n";
+    }
+
+    $block->set_value('no_error_log', $never);
 });
 
 sub port {

@@ -23,6 +23,20 @@ our @EXPORT = qw(http_req strip_volatile redis_cmd redis_key free_port
                  start_redis stop_redis redis_signal tier_stores
                  wait_for_tier);
 
+# The real Test::Nginx evaluates "--- init" code in package
+# Test::Nginx::Util, our runner in main: make the helpers callable there
+# too, as IdemTest does.
+sub import {
+    my $class = shift;
+
+    __PACKAGE__->export_to_level(1, $class, @EXPORT);
+
+    no strict 'refs';
+    for my $f (@EXPORT) {
+        *{"Test::Nginx::Util::$f"} = \&{$f};
+    }
+}
+
 # a request on its own connection; the whole response, as sent
 sub http_req {
     my (%a) = @_;
