@@ -919,9 +919,10 @@ client sent "Content-Length" and "Transfer-Encoding" headers at the same time
 
 
 === TEST 60: a slow body (sent one second after the headers): executed
---- raw_request eval
-["POST /orders HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nIdempotency-Key: t120-60\r\nContent-Length: 11\r\n\r\nhello",
- {value => " world", delay_before => 1}]
+--- more_headers
+Idempotency-Key: t120-60
+--- request eval
+[["POST /orders\nhello", {value => " world", delay_before => 1}]]
 --- error_code: 201
 --- response_headers
 X-Idem: new

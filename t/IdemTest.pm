@@ -160,6 +160,15 @@ sub import {
     for my $f (@EXPORT) {
         *{"Test::Nginx::Util::$f"} = \&{$f};
     }
+
+    # and Test::More's checks, which --- init code calls too
+    require Test::More;
+    for my $f (qw(is isnt ok like unlike is_deeply cmp_ok diag note pass
+                  fail))
+    {
+        *{"Test::Nginx::Util::$f"} = \&{"Test::More::$f"}
+            unless defined &{"Test::Nginx::Util::$f"};
+    }
 }
 
 # fires a request in the background (so a block's own request can race

@@ -1292,7 +1292,9 @@ sub get_req_from_block {
     if (defined scalar($block->raw_request)) {
         my $raw = scalar($block->raw_request);
         if (ref $raw && ref $raw eq 'ARRAY') {
-            push @req_list, [map { ref $_ ? {%$_} : {value => $_} } @$raw];
+            # as OpenResty's: every element is a packet's value (a delay
+            # needs "--- request eval" with an array of packets)
+            push @req_list, [map { {value => $_} } @$raw];
         } else {
             push @req_list, [{value => $raw}];
         }
