@@ -58,8 +58,16 @@
 
 #define NGX_HTTP_IDEMPOTENCY_MYSQL_ERRLEN       256
 
+/*
+ * Sent on every new connection, after the server's init_connect: nothing
+ * of the session is left to the server's defaults.  Every statement must
+ * commit on its own (a claim held in an open transaction would block its
+ * duplicates), and the character set and sql_mode are known.
+ */
 #define NGX_HTTP_IDEMPOTENCY_MYSQL_INIT_COMMAND                               \
-    "SET SESSION sql_mode='NO_ENGINE_SUBSTITUTION', time_zone='+00:00'"
+    "SET SESSION autocommit = 1, character_set_client = utf8mb4, "           \
+    "character_set_connection = utf8mb4, character_set_results = utf8mb4, "  \
+    "sql_mode = 'NO_ENGINE_SUBSTITUTION', time_zone = '+00:00'"
 
 
 typedef struct {

@@ -930,12 +930,15 @@ use Time::HiRes qw(time sleep);
 
 # A second private MariaDB, only for fault injection, so that stopping,
 # freezing or killing its connections never disturbs the suite's server.
+# name (faultdb) and port (19306) make another one; args are more server
+# options (a server with hostile defaults).
 sub new {
     my ($class, %o) = @_;
 
-    my $dir = "$IdemStress::DIR/faultdb";
+    my $dir = "$IdemStress::DIR/" . ($o{name} // 'faultdb');
     my $self = bless {
         port => IdemStress::port(306), dir => $dir, data => "$dir/data",
+        args => [],
         sock => "$dir/mysql.sock", pidfile => "$dir/mysql.pid",
         log => "$dir/mysql.log", user => 'idem', password => 'idem-secret',
         db => 'idempotency', %o,
@@ -1007,7 +1010,8 @@ sub start {
              '--skip-name-resolve', '--skip-log-bin',
              '--innodb-buffer-pool-size=32M', '--innodb-log-file-size=16M',
              '--innodb-flush-log-at-trx-commit=2', '--max-connections=300',
-             '--character-set-server=utf8mb4', '--default-time-zone=+00:00' };
+             '--character-set-server=utf8mb4', '--default-time-zone=+00:00',
+             @{ $self->{args} } };
         POSIX::_exit(127);
     }
 
