@@ -196,10 +196,25 @@ ngx_http_idempotency_start(ngx_http_request_t *r,
 
     ngx_str_null(&scope);
 
-    if (ilcf->scope
-        && ngx_http_complex_value(r, ilcf->scope, &scope) != NGX_OK)
-    {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    if (ilcf->scope) {
+        if (ngx_http_complex_value(r, ilcf->scope, &scope) != NGX_OK) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        /* a configured scope names a client: never fall back to the
+         * namespace every location of the store shares */
+
+        if (scope.len == 0) {
+            ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                          "idempotency: \"idempotency_scope\" is empty "
+                          "for this request");
+
+            ctx->problem = NGX_HTTP_IDEMPOTENCY_P_SCOPE;
+            ngx_http_idempotency_resolve(r, ctx,
+                                         NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
+                                         NGX_HTTP_IDEMPOTENCY_NOSCOPE);
+            return ngx_http_idempotency_handler(r);
+        }
     }
 
     if (ngx_http_idempotency_key_hash(&scope, &ctx->key, ctx->key_hash)

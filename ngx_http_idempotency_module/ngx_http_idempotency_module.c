@@ -206,7 +206,8 @@ static ngx_str_t  ngx_http_idempotency_statuses[] = {
     ngx_string("missing"),
     ngx_string("takeover"),
     ngx_string("error"),
-    ngx_string("unstored")
+    ngx_string("unstored"),
+    ngx_string("noscope")
 };
 
 

@@ -45,13 +45,19 @@ static ngx_http_idempotency_problem_t  ngx_http_idempotency_problems[] = {
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "response-not-stored"),
       ngx_string("Response not stored"),
       "A request with this idempotency key was already executed, but its "
-      "response was too large to store; it is not executed again." },
+      "response could not be stored; it is not executed again." },
 
     { NGX_HTTP_SERVICE_UNAVAILABLE,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "store-unavailable"),
       ngx_string("Idempotency store unavailable"),
       "The idempotency key could not be checked; the request was not "
-      "executed.  Retry later." }
+      "executed.  Retry later." },
+
+    { NGX_HTTP_BAD_REQUEST,
+      ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "scope-missing"),
+      ngx_string("Idempotency scope missing"),
+      "The idempotency key cannot be scoped to a client for this request "
+      "(no identity); it was not executed." }
 };
 
 

@@ -278,6 +278,28 @@ Idempotency-Key: t020-16
 
 
 
+=== TEST 16b: a configured scope that is empty for a request: 400 scope-missing, nothing runs
+--- config
+    location /orders {
+        idempotency main;
+        idempotency_scope $arg_tenant;
+        proxy_pass http://backend;
+        add_header X-Idem $idempotency_status always;
+    }
+    location = /count { proxy_pass http://backend/__count; }
+--- more_headers
+Idempotency-Key: t020-16b
+--- request eval
+["POST /orders\nx", "POST /orders?tenant=\nx", "GET /count?key=t020-16b"]
+--- error_code eval
+[400, 400, 200]
+--- response_headers eval
+["X-Idem: noscope\nContent-Type: application/problem+json", "X-Idem: noscope", ""]
+--- response_body_like eval
+['"type":"urn:ngx-idempotency:problem:scope-missing".*"status":400', 'scope-missing', '^0$']
+
+
+
 === TEST 17: a custom header name
 --- config
     location /orders {
