@@ -232,7 +232,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     /* encode: the header block, the body framing, the body */
 
-    rc = ngx_http_idempotency_record_head(r, pool, &head);
+    rc = ngx_http_idempotency_record_head(r, pool, NULL, &head);
 
     if (rc != NGX_OK) {
         /* refusing is right only for what format 1 cannot hold */

@@ -115,7 +115,8 @@ ngx_http_idempotency_header_filter(ngx_http_request_t *r)
         return ngx_http_next_header_filter(r);
     }
 
-    if (ngx_http_idempotency_record_head(r, ctx->capture, &ctx->head)
+    if (ngx_http_idempotency_record_head(r, ctx->capture, ilcf->skip_headers,
+                                         &ctx->head)
         != NGX_OK)
     {
         ngx_http_idempotency_release(ctx, "headers not recordable");

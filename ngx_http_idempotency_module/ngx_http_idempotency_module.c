@@ -35,6 +35,8 @@ static char *ngx_http_idempotency(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_idempotency_methods(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static char *ngx_http_idempotency_skip_header(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
 static char *ngx_http_idempotency_on_store_error(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
 static char *ngx_http_idempotency_set_sec(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -152,6 +154,13 @@ static ngx_command_t  ngx_http_idempotency_commands[] = {
       ngx_http_idempotency_set_size,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_idempotency_loc_conf_t, max_response_size),
+      NULL },
+
+    { ngx_string("idempotency_replay_skip_header"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_idempotency_skip_header,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idempotency_loc_conf_t, skip_headers),
       NULL },
 
     { ngx_string("idempotency_on_store_error"),
@@ -832,6 +841,59 @@ ngx_http_idempotency_methods(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
+/* header names kept out of stored records; "off" cancels inherited ones */
+
+static char *
+ngx_http_idempotency_skip_header(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_idempotency_loc_conf_t  *ilcf = conf;
+
+    ngx_str_t   *value, *name;
+    ngx_uint_t   i, j;
+
+    if (ilcf->skip_headers != NGX_CONF_UNSET_PTR) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (cf->args->nelts == 2 && ngx_strcmp(value[1].data, "off") == 0) {
+        ilcf->skip_headers = NULL;
+        return NGX_CONF_OK;
+    }
+
+    ilcf->skip_headers = ngx_array_create(cf->pool, cf->args->nelts - 1,
+                                          sizeof(ngx_str_t));
+    if (ilcf->skip_headers == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    for (i = 1; i < cf->args->nelts; i++) {
+
+        for (j = 0; j < value[i].len; j++) {
+            if (value[i].data[j] <= 0x20 || value[i].data[j] >= 0x7f
+                || value[i].data[j] == ':')
+            {
+                return ngx_http_idempotency_bad_value(cf, cmd,
+                                                      NGX_CONF_ERROR,
+                                                      "it must be a header "
+                                                      "name");
+            }
+        }
+
+        name = ngx_array_push(ilcf->skip_headers);
+        if (name == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        *name = value[i];
+    }
+
+    return NGX_CONF_OK;
+}
+
+
 static char *
 ngx_http_idempotency_on_store_error(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf)
@@ -1123,6 +1185,7 @@ ngx_http_idempotency_create_loc_conf(ngx_conf_t *cf)
     conf->store_5xx = NGX_CONF_UNSET;
     conf->max_response_size = NGX_CONF_UNSET_SIZE;
     conf->on_store_error = NGX_CONF_UNSET_UINT;
+    conf->skip_headers = NGX_CONF_UNSET_PTR;
 
     return conf;
 }
@@ -1158,6 +1221,7 @@ ngx_http_idempotency_merge_loc_conf(ngx_conf_t *cf, void *parent,
                               prev->max_response_size, 1024 * 1024);
     ngx_conf_merge_uint_value(conf->on_store_error, prev->on_store_error,
                               NGX_HTTP_IDEMPOTENCY_STORE_REJECT);
+    ngx_conf_merge_ptr_value(conf->skip_headers, prev->skip_headers, NULL);
 
     if (conf->store == NULL) {
         return NGX_CONF_OK;

@@ -104,6 +104,7 @@ typedef struct {
     ngx_msec_t                      wait;
     ngx_flag_t                      store_5xx;
     size_t                          max_response_size;
+    ngx_array_t                    *skip_headers; /* of ngx_str_t */
     ngx_uint_t                      on_store_error;
 } ngx_http_idempotency_loc_conf_t;
 

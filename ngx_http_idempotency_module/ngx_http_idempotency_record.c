@@ -25,14 +25,15 @@ static ngx_str_t  ngx_http_idempotency_skip_headers[] = {
 };
 
 
-static ngx_uint_t ngx_http_idempotency_skip(ngx_str_t *name);
+static ngx_uint_t ngx_http_idempotency_skip(ngx_array_t *skip,
+    ngx_str_t *name);
 static u_char *ngx_http_idempotency_put16(u_char *p, size_t n);
 static u_char *ngx_http_idempotency_put32(u_char *p, size_t n);
 
 
 ngx_int_t
 ngx_http_idempotency_record_head(ngx_http_request_t *r, ngx_pool_t *pool,
-    ngx_str_t *out)
+    ngx_array_t *skip, ngx_str_t *out)
 {
     u_char           *p;
     size_t            len, ctlen;
@@ -92,7 +93,7 @@ ngx_http_idempotency_record_head(ngx_http_request_t *r, ngx_pool_t *pool,
             i = 0;
         }
 
-        if (h[i].hash == 0 || ngx_http_idempotency_skip(&h[i].key)) {
+        if (h[i].hash == 0 || ngx_http_idempotency_skip(skip, &h[i].key)) {
             continue;
         }
 
@@ -162,7 +163,7 @@ ngx_http_idempotency_record_head(ngx_http_request_t *r, ngx_pool_t *pool,
             i = 0;
         }
 
-        if (h[i].hash == 0 || ngx_http_idempotency_skip(&h[i].key)) {
+        if (h[i].hash == 0 || ngx_http_idempotency_skip(skip, &h[i].key)) {
             continue;
         }
 
@@ -349,13 +350,28 @@ ngx_http_idempotency_record_apply(ngx_http_request_t *r,
 
 
 static ngx_uint_t
-ngx_http_idempotency_skip(ngx_str_t *name)
+ngx_http_idempotency_skip(ngx_array_t *skip, ngx_str_t *name)
 {
-    ngx_str_t  *s;
+    ngx_str_t   *s;
+    ngx_uint_t   i;
 
     for (s = ngx_http_idempotency_skip_headers; s->len; s++) {
         if (s->len == name->len
             && ngx_strncasecmp(s->data, name->data, s->len) == 0)
+        {
+            return 1;
+        }
+    }
+
+    if (skip == NULL) {
+        return 0;
+    }
+
+    s = skip->elts;
+
+    for (i = 0; i < skip->nelts; i++) {
+        if (s[i].len == name->len
+            && ngx_strncasecmp(s[i].data, name->data, s[i].len) == 0)
         {
             return 1;
         }

@@ -31,9 +31,10 @@ typedef struct {
 } ngx_http_idempotency_record_t;
 
 
-/* the header block of r's response, in pool */
+/* the header block of r's response, in pool; skip: more header names
+ * (of ngx_str_t) to leave out, or NULL */
 ngx_int_t ngx_http_idempotency_record_head(ngx_http_request_t *r,
-    ngx_pool_t *pool, ngx_str_t *out);
+    ngx_pool_t *pool, ngx_array_t *skip, ngx_str_t *out);
 
 /* the 4 bytes that frame a body of len bytes */
 void ngx_http_idempotency_record_body_len(u_char *p, size_t len);

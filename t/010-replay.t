@@ -135,6 +135,49 @@ Idempotency-Key: t010-6
 
 
 
+=== TEST 6b: idempotency_replay_skip_header keeps headers out of the stored record
+--- config
+    location /orders {
+        idempotency main;
+        idempotency_replay_skip_header Set-Cookie x-order-id;
+        proxy_pass http://backend;
+    }
+    location = /count { proxy_pass http://backend/__count; }
+--- more_headers
+Idempotency-Key: t010-6b
+--- request eval
+["POST /orders?cookies=1\nx", "POST /orders?cookies=1\nx", "GET /count?key=t010-6b"]
+--- error_code eval
+[201, 201, 200]
+--- response_headers eval
+["Set-Cookie: c1=v1; Path=/\n!Idempotent-Replayed",
+ "Idempotent-Replayed: true\n!Set-Cookie\n!X-Order-Id", ""]
+--- raw_response_headers_like eval
+["X-Order-Id: ord-\\d+\r\n", "Location: /orders/ord-\\d+\r\n", ""]
+--- response_body_like eval
+['"execution":1', '"execution":1', '^1$']
+
+
+
+=== TEST 6c: off cancels an inherited list
+--- config
+    idempotency_replay_skip_header Set-Cookie;
+    location /orders {
+        idempotency main;
+        idempotency_replay_skip_header off;
+        proxy_pass http://backend;
+    }
+--- more_headers
+Idempotency-Key: t010-6c
+--- request eval
+["POST /orders?cookies=1\nx", "POST /orders?cookies=1\nx"]
+--- error_code eval
+[201, 201]
+--- raw_response_headers_like eval
+["Set-Cookie: c1=v1; Path=/\r\n", "Set-Cookie: c1=v1; Path=/\r\n(.*\r\n)*Idempotent-Replayed: true\r\n"]
+
+
+
 === TEST 7: binary body replayed byte for byte
 --- config
     location /orders { idempotency main; proxy_pass http://backend; }
