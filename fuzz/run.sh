@@ -20,7 +20,7 @@ set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=$ROOT/build/fuzz
-ALL=(key hash record roundtrip)
+ALL=(key hash record roundtrip entry)
 
 secs=${FUZZ_SECONDS:-20}
 jobs=${FUZZ_JOBS:-2}

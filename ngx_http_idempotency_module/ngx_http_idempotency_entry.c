@@ -100,6 +100,16 @@ ngx_http_idempotency_entry_parse(ngx_pool_t *pool, u_char *data, size_t len,
     e->expires = (time_t) t;
 
     e->fingerprint = p;
+
+    if (!(e->flags & NGX_HTTP_IDEMPOTENCY_ENTRY_FP)) {
+        for (i = 0; i < NGX_HTTP_IDEMPOTENCY_HASH_LEN; i++) {
+            if (p[i]) {
+                *why = "a fingerprint without its flag";
+                return NGX_ERROR;
+            }
+        }
+    }
+
     p += NGX_HTTP_IDEMPOTENCY_HASH_LEN;
 
     rlen = ((size_t) p[0] << 24) | (p[1] << 16) | (p[2] << 8) | p[3];
