@@ -25,6 +25,8 @@
 static char *ngx_http_idempotency_store_block(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
 static ngx_int_t ngx_http_idempotency_cstr(ngx_pool_t *pool, ngx_str_t *s);
+static ngx_int_t ngx_http_idempotency_read_secret(ngx_conf_t *cf,
+    ngx_str_t *file, ngx_str_t *secret);
 static ngx_int_t ngx_http_idempotency_parse_addr(ngx_conf_t *cf,
     ngx_http_idempotency_store_t *store, ngx_str_t *addr);
 static ngx_int_t ngx_http_idempotency_parse_redis(ngx_conf_t *cf,
@@ -317,6 +319,29 @@ ngx_http_idempotency_store_block(ngx_conf_t *cf, ngx_command_t *cmd,
             continue;
         }
 
+        /* secrets from files, so that "nginx -T" does not print them */
+
+        if (ngx_http_idempotency_param("password_file")) {
+            if (ngx_http_idempotency_read_secret(cf, &v, &store->password)
+                != NGX_OK)
+            {
+                return NGX_CONF_ERROR;
+            }
+
+            continue;
+        }
+
+        if (ngx_http_idempotency_param("redis_password_file")) {
+            if (ngx_http_idempotency_read_secret(cf, &v,
+                                                 &store->redis_password)
+                != NGX_OK)
+            {
+                return NGX_CONF_ERROR;
+            }
+
+            continue;
+        }
+
         if (ngx_http_idempotency_param("database")) {
             store->database = v;
             continue;
@@ -463,7 +488,7 @@ ngx_http_idempotency_store_block(ngx_conf_t *cf, ngx_command_t *cmd,
 
 #undef ngx_http_idempotency_param
 
-        goto invalid;
+        goto unknown;
     }
 
     if (store->redis_name.len == 0
@@ -524,6 +549,95 @@ invalid:
                        &value[i]);
 
     return NGX_CONF_ERROR;
+
+unknown:
+
+    /* by its name only: its value may be a secret under a mistyped name */
+
+    p = ngx_strlchr(value[i].data, value[i].data + value[i].len, '=');
+
+    if (p) {
+        value[i].len = p - value[i].data;
+    }
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "unknown parameter \"%V\" in \"idempotency_store\"",
+                       &value[i]);
+
+    return NGX_CONF_ERROR;
+}
+
+
+/*
+ * The first line of a file, read once when the configuration is (a
+ * blocking read, as nginx reads its own certificate keys).
+ */
+
+static ngx_int_t
+ngx_http_idempotency_read_secret(ngx_conf_t *cf, ngx_str_t *file,
+    ngx_str_t *secret)
+{
+    u_char          *p, *last;
+    ssize_t          n;
+    ngx_fd_t         fd;
+    ngx_str_t        name;
+    ngx_file_info_t  fi;
+
+    name = *file;
+
+    if (name.len == 0 || ngx_conf_full_name(cf->cycle, &name, 1) != NGX_OK) {
+        goto failed;
+    }
+
+    fd = ngx_open_file(name.data, NGX_FILE_RDONLY, NGX_FILE_OPEN, 0);
+    if (fd == NGX_INVALID_FILE) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
+                           "cannot read a secret from \"%V\"", file);
+        return NGX_ERROR;
+    }
+
+    if (ngx_fd_info(fd, &fi) == NGX_FILE_ERROR
+        || ngx_file_size(&fi) > 4096)
+    {
+        ngx_close_file(fd);
+        goto failed;
+    }
+
+    p = ngx_pnalloc(cf->pool, (size_t) ngx_file_size(&fi) + 1);
+    if (p == NULL) {
+        ngx_close_file(fd);
+        return NGX_ERROR;
+    }
+
+    n = ngx_read_fd(fd, p, (size_t) ngx_file_size(&fi));
+    ngx_close_file(fd);
+
+    if (n < 0) {
+        goto failed;
+    }
+
+    last = ngx_strlchr(p, p + n, LF);
+    last = last ? last : p + n;
+
+    if (last > p && last[-1] == CR) {
+        last--;
+    }
+
+    if (last == p) {
+        goto failed;
+    }
+
+    secret->data = p;
+    secret->len = last - p;
+
+    return NGX_OK;
+
+failed:
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "cannot read a secret from \"%V\" (the first line "
+                       "of a readable file of at most 4096 bytes)", file);
+    return NGX_ERROR;
 }
 
 

@@ -109,10 +109,10 @@ idempotency_store late mysql=127.0.0.1:$TEST_NGINX_MYSQL_PORT
 --- http_config eval
 IdemTest::store_config(query_timeout => '200ms')
 --- config
-    location /t { idempotency main; idempotency_lease 600ms; return 204; }
+    location /t { idempotency main; idempotency_lease 600ms; return 200 ok; }
 --- request
 GET /t
---- error_code: 204
+--- error_code: 200
 
 
 
@@ -168,7 +168,66 @@ idempotency store "main" has no "mysql=" server
 --- config
 --- must_die
 --- error_log
-invalid parameter "colour=blue" in "idempotency_store"
+unknown parameter "colour" in "idempotency_store"
+
+
+
+=== TEST 11b: password_file: the password comes from a file, and a claim works with it
+--- http_config
+    idempotency_store main mysql=127.0.0.1:$TEST_NGINX_MYSQL_PORT
+                      user=$TEST_NGINX_MYSQL_USER
+                      password_file=../html/idem.secret
+                      database=$TEST_NGINX_MYSQL_DB;
+    upstream backend { server 127.0.0.1:$TEST_NGINX_BACKEND_PORT; }
+--- user_files eval
+">>> idem.secret\n$ENV{TEST_NGINX_MYSQL_PASSWORD}\n"
+--- config
+    location /orders { idempotency main; proxy_pass http://backend; }
+--- more_headers
+Idempotency-Key: t001-11b
+--- request eval
+["POST /orders\nx", "POST /orders\nx"]
+--- error_code eval
+[201, 201]
+--- response_headers eval
+["!Idempotent-Replayed", "Idempotent-Replayed: true"]
+--- no_error_log
+[error]
+
+
+
+=== TEST 11c: nginx -T shows the file's name, never the password in it
+--- init
+my $dir = "$ENV{TEST_NGINX_SERVROOT}-secret";
+mkdir $dir;
+open my $f, '>', "$dir/idem.secret" or die $!;
+print $f "s3cr3t-in-a-file\n";
+close $f;
+open $f, '>', "$dir/nginx.conf" or die $!;
+print $f "load_module $ENV{TEST_NGINX_LOAD_MODULES};\n"
+       . "error_log $dir/error.log;\npid $dir/nginx.pid;\nevents {}\n"
+       . "http { idempotency_store main mysql=127.0.0.1:1 user=u"
+       . " database=d password_file=$dir/idem.secret; }\n";
+close $f;
+my $out = `$ENV{TEST_NGINX_BINARY} -p $dir/ -c $dir/nginx.conf -T 2>&1`;
+$out =~ /password_file=\Q$dir\E\/idem.secret/ or die "nginx -T:\n$out";
+$out !~ /s3cr3t-in-a-file/ or die "nginx -T printed the password:\n$out";
+--- config
+    location = /t { return 200 ok; }
+--- request
+GET /t
+--- error_code: 200
+
+
+
+=== TEST 11d: an unreadable password_file
+--- http_config
+    idempotency_store main mysql=127.0.0.1:3306 user=u database=d
+                      password_file=../html/no-such-file;
+--- config
+--- must_die
+--- error_log
+cannot read a secret from "../html/no-such-file"
 
 
 
