@@ -67,6 +67,13 @@ $ngx = IdemStress::Nginx->start(name => 'leases', port => $P, workers => 1,
             proxy_pass http://backend/orders;
         }
 
+        # a lease longer than the outage the test makes
+        location /late {
+            idempotency relayed;
+            idempotency_lease 6s;
+            proxy_pass http://backend/orders;
+        }
+
         location /pass {
             idempotency relayed;
             idempotency_on_store_error pass;
@@ -187,6 +194,48 @@ sub first_request {
          "$name: the error log says why");
 
     $first->();
+    is(backend_count($key), 1, "$name: executed once");
+}
+
+{
+    my $name = 'a completion the store cannot take in time';
+    my $key = fresh('late');
+    my $uri = '/late?delay=1000';
+
+    $relay = IdemStress::tcp_proxy($RELAY, $MYSQL);
+
+    # the pool got over the last scenario's outage
+    wait_for('the relayed store to answer', 30, sub {
+        my $p = http_one(port => $P, method => 'POST', uri => '/late',
+                         key => fresh('probe'), body => 'x');
+        return ($p->{status} // 0) == 201;
+    }, 0.25);
+
+    my $first = first_request($uri, $key);
+    wait_for("$key upstream", 10, sub { backend_count($key) == 1 });
+
+    # the store goes away before the response is complete
+    kill 'KILL', $relay;
+    undef $relay;
+
+    my $t0 = time;
+    is($first->(), '201 new', "$name: the client still gets its response");
+    cmp_ok(time - $t0, '<', 5, "$name: ... after the hold, not a retry "
+           . 'schedule');
+    like($ngx->error_log, qr/response of key "\Q$key\E" not committed within 500 ms: sent to the client anyway/,
+         "$name: the error log says so");
+
+    # the write goes on: once the store is back, the retry is a replay
+    $relay = IdemStress::tcp_proxy($RELAY, $MYSQL);
+
+    my $r;
+    wait_for("$key stored", 30, sub {
+        $r = http_one(port => $P, method => 'POST', uri => $uri,
+                      key => $key, body => 'x');
+        return idem($r) eq 'replay';
+    }, 0.25);
+    is("$r->{status} " . idem($r), '201 replay',
+       "$name: the write went on, and a retry gets the replay");
     is(backend_count($key), 1, "$name: executed once");
 }
 
