@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 
 #define fuzz_inside(s)                                                        \
@@ -63,6 +64,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ngx_list_part_t                 *part;
     ngx_table_elt_t                 *h;
     ngx_http_request_t              *r;
+    const char                      *why;
     ngx_http_idempotency_record_t    rec;
 
     in = malloc(size ? size : 1);
@@ -81,6 +83,32 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
 
     fuzz_assert(rec.status >= 100 && rec.status <= 999);
+
+    /* what the validator lets through can be sent to a client */
+
+    why = NULL;
+
+    if (ngx_http_idempotency_record_validate(&rec, &why) == NGX_OK) {
+        fuzz_assert(rec.status >= 100 && rec.status <= 599);
+
+        kv = rec.headers.elts;
+
+        for (i = 0; i < rec.headers.nelts; i++) {
+            fuzz_assert(memchr(kv[i].value.data, '\r', kv[i].value.len)
+                        == NULL);
+            fuzz_assert(memchr(kv[i].value.data, '\n', kv[i].value.len)
+                        == NULL);
+            fuzz_assert(memchr(kv[i].value.data, '\0', kv[i].value.len)
+                        == NULL);
+            fuzz_assert(memchr(kv[i].key.data, ' ', kv[i].key.len) == NULL);
+            fuzz_assert(!(kv[i].key.len == 14
+                          && strncasecmp((char *) kv[i].key.data,
+                                         "Content-Length", 14) == 0));
+        }
+
+    } else {
+        fuzz_assert(why != NULL);
+    }
 
     /* slices inside the input, in order, and the canonical encoding */
 

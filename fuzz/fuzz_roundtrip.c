@@ -20,7 +20,10 @@
  *
  * Checks: record_head() fails only when a live header's name, the status
  * line or the Content-Type is longer than 65535 bytes (the filter then
- * releases the key); otherwise the encoding parses; the status and body come back; the headers
+ * releases the key), and declines only a response no replay may send (a
+ * status over 599, a name that is not a token, CR/LF/NUL in a value: the
+ * key is then recorded as executed, not stored); otherwise the encoding
+ * parses; the status and body come back; the headers
  * come back as the header filter would have sent them: first the status
  * line (as a ":status" pseudo-header), then the Content-Type line (with "; charset=..." when nginx would add it), then
  * every live header in order except the hop-by-hop and regenerated ones
@@ -31,6 +34,7 @@
 #include "ngx_fuzz.h"
 #include "ngx_http_idempotency_record.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,6 +104,34 @@ fuzz_string(ngx_pool_t *pool, fuzz_in_t *in, ngx_str_t *s)
 }
 
 
+/* what no replay may carry (RFC 9110 tchar names, no CR/LF/NUL), written
+ * apart from the module's ngx_http_idempotency_header_bad() */
+static ngx_uint_t
+fuzz_unsendable(ngx_str_t *name, ngx_str_t *value)
+{
+    size_t  i;
+
+    if (!(name->len == 7 && memcmp(name->data, ":status", 7) == 0)) {
+        for (i = 0; i < name->len; i++) {
+            if (!isalnum(name->data[i])
+                && (name->data[i] == '\0'
+                    || strchr("!#$%&'*+-.^_`|~", name->data[i]) == NULL))
+            {
+                return 1;
+            }
+        }
+    }
+
+    if (value->len == 0) {
+        return 0;
+    }
+
+    return memchr(value->data, '\r', value->len) != NULL
+           || memchr(value->data, '\n', value->len) != NULL
+           || memchr(value->data, '\0', value->len) != NULL;
+}
+
+
 static ngx_uint_t
 fuzz_is_dropped(ngx_str_t *name)
 {
@@ -136,7 +168,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ngx_int_t                        rc;
     ngx_str_t                        head, body, name, value;
     ngx_uint_t                       flags, i, nexp, nh, hflags;
-    ngx_uint_t                       unrecordable;
+    ngx_uint_t                       unrecordable, unsendable;
     ngx_pool_t                      *pool;
     ngx_keyval_t                    *kv;
     ngx_table_elt_t                 *h, **hs;
@@ -188,6 +220,16 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     unrecordable = r->headers_out.status_line.len > 0xffff
                    || r->headers_out.content_type.len > 0xffff;
 
+    /* what the module never stores, since no replay may send it */
+    {
+        ngx_str_t  sl = ngx_string(":status"), ct = ngx_string("X");
+
+        unsendable = r->headers_out.status > 599
+                     || fuzz_unsendable(&sl, &r->headers_out.status_line)
+                     || fuzz_unsendable(&ct, &r->headers_out.content_type)
+                     || fuzz_unsendable(&ct, &r->headers_out.charset);
+    }
+
     ngx_str_set(&body, "");
     (void) fuzz_string(pool, &in, &body);
 
@@ -228,11 +270,23 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (h->hash && !fuzz_is_dropped(&name) && name.len > 0xffff) {
             unrecordable = 1;
         }
+
+        if (h->hash && !fuzz_is_dropped(&name)
+            && fuzz_unsendable(&name, &value))
+        {
+            unsendable = 1;
+        }
     }
 
     /* encode: the header block, the body framing, the body */
 
     rc = ngx_http_idempotency_record_head(r, pool, NULL, &head);
+
+    if (rc == NGX_DECLINED) {
+        /* declining is right only for what no replay may send */
+        fuzz_assert(unsendable);
+        goto done;
+    }
 
     if (rc != NGX_OK) {
         /* refusing is right only for what format 1 cannot hold */
@@ -240,6 +294,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fuzz_assert(unrecordable);
         goto done;
     }
+
+    fuzz_assert(!unsendable);
 
     len = head.len + 4 + body.len;
     rec = malloc(len);

@@ -130,5 +130,9 @@ ngx_http_idempotency_entry_parse(ngx_pool_t *pool, u_char *data, size_t len,
         return NGX_ERROR;
     }
 
+    if (ngx_http_idempotency_record_validate(&e->record, why) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     return NGX_OK;
 }

@@ -115,12 +115,23 @@ ngx_http_idempotency_header_filter(ngx_http_request_t *r)
         return ngx_http_next_header_filter(r);
     }
 
-    if (ngx_http_idempotency_record_head(r, ctx->capture, ilcf->skip_headers,
-                                         &ctx->head)
-        != NGX_OK)
-    {
+    rc = ngx_http_idempotency_record_head(r, ctx->capture, ilcf->skip_headers,
+                                          &ctx->head);
+
+    if (rc == NGX_ERROR) {
         ngx_http_idempotency_release(ctx, "headers not recordable");
         return ngx_http_next_header_filter(r);
+    }
+
+    if (rc == NGX_DECLINED) {
+
+        /* it ran: never again, but nothing a replay may not send */
+
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "idempotency: response of key \"%V\" has a status or "
+                      "header that is never replayed: recorded as "
+                      "executed, not stored", &ctx->key);
+        ctx->too_large = 1;
     }
 
     ctx->resp_status = status;

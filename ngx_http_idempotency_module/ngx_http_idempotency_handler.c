@@ -539,6 +539,7 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
 {
     ngx_int_t                         state, take, ttl_s;
     ngx_buf_t                         b;
+    const char                       *why;
     ngx_str_t                        *f;
     ngx_chain_t                       cl;
     ngx_http_idempotency_loc_conf_t  *ilcf;
@@ -584,17 +585,22 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
         op->keep_pool = 1;
         ctx->replay_pool = op->pool;
 
+        why = "not a record";
+
         if (f->data == NULL
             || ngx_http_idempotency_record_parse(op->pool, f->data, f->len,
                                                  &ctx->record)
+               != NGX_OK
+            || ngx_http_idempotency_record_validate(&ctx->record, &why)
                != NGX_OK)
         {
             /* never forwarded: the key was executed already */
 
             ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                           "idempotency store \"%V\": stored response of "
-                          "key \"%V\" is malformed (%uz bytes)",
-                          &ilcf->store->name, &ctx->key, f->len);
+                          "key \"%V\" is malformed (%uz bytes: %s), "
+                          "not replayed", &ilcf->store->name, &ctx->key,
+                          f->len, why);
 
             ctx->problem = NGX_HTTP_IDEMPOTENCY_P_STORE;
             ctx->retry_after = 1;

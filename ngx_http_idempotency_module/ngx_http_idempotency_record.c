@@ -27,6 +27,8 @@ static ngx_str_t  ngx_http_idempotency_skip_headers[] = {
 
 static ngx_uint_t ngx_http_idempotency_skip(ngx_array_t *skip,
     ngx_str_t *name);
+static const char *ngx_http_idempotency_header_bad(ngx_str_t *name,
+    ngx_str_t *value);
 static u_char *ngx_http_idempotency_put16(u_char *p, size_t n);
 static u_char *ngx_http_idempotency_put32(u_char *p, size_t n);
 
@@ -46,6 +48,19 @@ ngx_http_idempotency_record_head(ngx_http_request_t *r, ngx_pool_t *pool,
 
     len = sizeof(NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC) - 1 + 2 + 2;
     n = 0;
+
+    /* only what ngx_http_idempotency_record_validate() will let through */
+
+    if (r->headers_out.status < 100 || r->headers_out.status > 599
+        || ngx_http_idempotency_header_bad(&status_line,
+                                           &r->headers_out.status_line)
+        || ngx_http_idempotency_header_bad(&content_type,
+                                           &r->headers_out.content_type)
+        || ngx_http_idempotency_header_bad(&content_type,
+                                           &r->headers_out.charset))
+    {
+        return NGX_DECLINED;
+    }
 
     /* the upstream's own status line ("422 Unprocessable Entity"), kept
      * as a pseudo-header no HTTP/1 upstream can send */
@@ -95,6 +110,10 @@ ngx_http_idempotency_record_head(ngx_http_request_t *r, ngx_pool_t *pool,
 
         if (h[i].hash == 0 || ngx_http_idempotency_skip(skip, &h[i].key)) {
             continue;
+        }
+
+        if (ngx_http_idempotency_header_bad(&h[i].key, &h[i].value)) {
+            return NGX_DECLINED;
         }
 
         /* the format frames names in 16 bits and values in 32 */
@@ -212,6 +231,13 @@ ngx_http_idempotency_record_parse(ngx_pool_t *pool, u_char *data, size_t len,
     p += 8;
 
     if (rec->status < 100 || rec->status > 999) {
+        return NGX_ERROR;
+    }
+
+    /* a header takes 7 bytes at least: no allocation for a count the
+     * record cannot hold */
+
+    if (n > (size_t) (last - p) / 7) {
         return NGX_ERROR;
     }
 
@@ -346,6 +372,87 @@ ngx_http_idempotency_record_apply(ngx_http_request_t *r,
     }
 
     return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_idempotency_record_validate(ngx_http_idempotency_record_t *rec,
+    const char **why)
+{
+    ngx_uint_t     i;
+    ngx_keyval_t  *kv;
+
+    if (rec->status < 100 || rec->status > 599) {
+        *why = "a status outside 100-599";
+        return NGX_ERROR;
+    }
+
+    kv = rec->headers.elts;
+
+    for (i = 0; i < rec->headers.nelts; i++) {
+        *why = ngx_http_idempotency_header_bad(&kv[i].key, &kv[i].value);
+
+        if (*why) {
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/* NULL, or why the header may not be stored nor replayed */
+
+static const char *
+ngx_http_idempotency_header_bad(ngx_str_t *name, ngx_str_t *value)
+{
+    u_char  c;
+    size_t  j;
+
+    static ngx_str_t  content_type = ngx_string("Content-Type");
+    static ngx_str_t  status_line = ngx_string(":status");
+
+    if (!(name->len == status_line.len
+          && ngx_strncmp(name->data, status_line.data, status_line.len) == 0))
+    {
+        if (name->len == 0) {
+            return "an empty header name";
+        }
+
+        for (j = 0; j < name->len; j++) {
+            c = name->data[j];
+
+            /* RFC 9110 tchar */
+            if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+                  || (c >= '0' && c <= '9')
+                  || ngx_strlchr((u_char *) "!#$%&'*+-.^_`|~",
+                                 (u_char *) "!#$%&'*+-.^_`|~" + 15, c)))
+            {
+                return "a header name that is not a token";
+            }
+        }
+
+        /* Content-Type is recorded apart from the list, and allowed */
+
+        if (!(name->len == content_type.len
+              && ngx_strncasecmp(name->data, content_type.data,
+                                 content_type.len) == 0)
+            && ngx_http_idempotency_skip(NULL, name))
+        {
+            return "a header that nginx makes itself or that frames the "
+                   "message";
+        }
+    }
+
+    for (j = 0; j < value->len; j++) {
+        c = value->data[j];
+
+        if (c == CR || c == LF || c == '\0') {
+            return "a header value with CR, LF or NUL";
+        }
+    }
+
+    return NULL;
 }
 
 

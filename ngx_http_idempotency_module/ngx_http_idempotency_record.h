@@ -32,7 +32,8 @@ typedef struct {
 
 
 /* the header block of r's response, in pool; skip: more header names
- * (of ngx_str_t) to leave out, or NULL */
+ * (of ngx_str_t) to leave out, or NULL.  NGX_DECLINED: the response has
+ * something ngx_http_idempotency_record_validate() would refuse */
 ngx_int_t ngx_http_idempotency_record_head(ngx_http_request_t *r,
     ngx_pool_t *pool, ngx_array_t *skip, ngx_str_t *out);
 
@@ -42,6 +43,16 @@ void ngx_http_idempotency_record_body_len(u_char *p, size_t len);
 /* parses data (not copied); NGX_ERROR on any malformed input */
 ngx_int_t ngx_http_idempotency_record_parse(ngx_pool_t *pool, u_char *data,
     size_t len, ngx_http_idempotency_record_t *rec);
+
+/*
+ * What a record may carry to a client, whoever wrote it: a status of
+ * 100-599, header names that are tokens (or the ":status" pseudo-header),
+ * values without CR, LF or NUL, and none of the headers nginx makes
+ * itself or that frame the message (Content-Length, Transfer-Encoding,
+ * Connection, ...).  NGX_ERROR with *why set otherwise.
+ */
+ngx_int_t ngx_http_idempotency_record_validate(
+    ngx_http_idempotency_record_t *rec, const char **why);
 
 /* sets r's status and headers from the record */
 ngx_int_t ngx_http_idempotency_record_apply(ngx_http_request_t *r,

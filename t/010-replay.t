@@ -421,6 +421,43 @@ stored response of key "t010-18" is malformed
 
 
 
+=== TEST 18b: a stored record that would inject a header is never replayed
+--- config
+    location /orders { idempotency main; proxy_pass http://backend; }
+    location = /count { proxy_pass http://backend/__count; }
+--- init
+my $kh = key_hash('', 't010-18b');
+my $fp = fingerprint('POST', '/orders', 'x');
+my $rec = unpack('H*', record(200, [['X-A', "v\r\nSet-Cookie: planted=1"]],
+                              "poisoned"));
+sql("INSERT INTO idempotency_keys (key_hash, state, owner, fingerprint,"
+    . " created_at, lease_until, expires_at, status, response) VALUES"
+    . " (X'$kh', 1, X'00000000000000000000000000000002', X'$fp',"
+    . " UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3) + INTERVAL 1 HOUR,"
+    . " 200, X'$rec')");
+--- more_headers
+Idempotency-Key: t010-18b
+--- request
+POST /orders
+x
+--- error_code: 503
+--- response_headers
+!Set-Cookie
+--- response_body_like: store-unavailable
+--- error_log
+a header value with CR, LF or NUL), not replayed
+
+
+
+=== TEST 18c: ... and its operation is not run again
+--- config
+    location = /count { proxy_pass http://backend/__count; }
+--- request
+GET /count?key=t010-18b
+--- response_body_like: ^0$
+
+
+
 === TEST 19: the upstream's own status line is replayed too
 --- config
     location /orders { idempotency main; proxy_pass http://backend; }

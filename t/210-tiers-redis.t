@@ -295,6 +295,23 @@ my @bad = (
     [main::entry(record => 'IDR1 not a record', fp => $fp), 'malformed record'],
     [main::entry(record => $rec, fp => $fp, expires => 0), 'bad expiry'],
     [main::entry(record => $rec, fp => $fp, flags => 0x80), 'unknown flags'],
+    [main::entry(record => $rec, fp => $fp, flags => 0),
+     'a fingerprint without its flag'],
+    # records that parse but must never reach a client
+    [main::entry(fp => $fp, record => IdemTest::record(200,
+         [['X-A', "v\r\nSet-Cookie: planted=1"]], 'poisoned')),
+     'a header value with CR, LF'],
+    [main::entry(fp => $fp, record => IdemTest::record(200,
+         [['Transfer-Encoding', 'chunked']], 'poisoned')),
+     'a Transfer-Encoding header'],
+    [main::entry(fp => $fp, record => IdemTest::record(200,
+         [['Content-Length', '3']], 'poisoned')),
+     'a second Content-Length'],
+    [main::entry(fp => $fp, record => IdemTest::record(200,
+         [['Bad Name', 'x']], 'poisoned')),
+     'a header name that is not a token'],
+    [main::entry(fp => $fp, record => IdemTest::record(999, [], 'poisoned')),
+     'a status of 999'],
 );
 for my $b (@bad) {
     redis_cmd($port, 'SET', $key, $b->[0], 'EX', '600');
