@@ -255,6 +255,19 @@ ngx_http_idempotency_tier_redis_entry(ngx_http_idempotency_ctx_t *ctx,
         return NGX_DECLINED;
     }
 
+    if (op->pttl == -1) {
+        /* the module writes every entry with an expiry: one without
+         * (SET without EX, PERSIST) was not written by it as it is */
+
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "idempotency store \"%V\" redis=%V: value of key "
+                      "\"%V\" has no expiry, ignored",
+                      &store->name, &store->redis_name, &ctx->key);
+
+        ngx_http_idempotency_count(counters, redis_bad);
+        return NGX_DECLINED;
+    }
+
     if (op->pttl >= 0) {
         expires = ngx_min(expires, now + (time_t) (op->pttl / 1000));
     }

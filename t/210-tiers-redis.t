@@ -323,9 +323,15 @@ for my $b (@bad) {
     is(http_req(key => 't210-7', body => 'x')->{tier}, 'redis',
        "$b->[1]: the MySQL replay wrote a good entry over it");
 }
+# a good entry made permanent (SET without EX, PERSIST) is not the
+# module's: a miss
+my $good = redis_cmd($port, 'GET', $key);
+redis_cmd($port, 'SET', $key, $good);
+my $r = http_req(key => 't210-7', body => 'x');
+is($r->{tier}, 'mysql', 'an entry without expiry: MySQL replays');
 redis_cmd($port, 'DEL', $key);
 redis_cmd($port, 'RPUSH', $key, 'a list');
-my $r = http_req(key => 't210-7', body => 'x');
+$r = http_req(key => 't210-7', body => 'x');
 is($r->{tier}, 'mysql', 'a list under the key: MySQL replays');
 redis_cmd($port, 'DEL', $key);
 # the block: an entry of another format version
