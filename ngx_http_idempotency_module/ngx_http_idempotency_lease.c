@@ -54,9 +54,14 @@ ngx_http_idempotency_lease_handler(ngx_event_t *ev)
 
     lease = ev->data;
 
+    if (lease->lost) {
+        /* taken over: nothing left to renew */
+        return;
+    }
+
     ngx_add_timer(ev, ngx_max(lease->lease / 3, 1));
 
-    if (lease->op || lease->lost) {
+    if (lease->op) {
         return;
     }
 
