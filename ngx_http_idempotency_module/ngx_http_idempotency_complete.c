@@ -116,8 +116,8 @@ ngx_http_idempotency_complete(ngx_http_idempotency_ctx_t *ctx)
         job->body_len = ctx->body_len;
     }
 
-    job->key.data = ngx_pstrdup(pool, &ctx->key);
-    job->key.len = ctx->key.len;
+    job->key.data = ngx_pstrdup(pool, &ctx->key_id);
+    job->key.len = ctx->key_id.len;
 
     if (job->key.data == NULL || ngx_http_idempotency_job_sql(job) != NGX_OK)
     {
@@ -313,7 +313,7 @@ ngx_http_idempotency_job_done(ngx_http_idempotency_op_t *op)
         if (op->affected_rows == 0) {
             ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
                           "idempotency store \"%V\" mysql=%V: response of "
-                          "key \"%V\" not stored: the key is no longer "
+                          "key %V not stored: the key is no longer "
                           "held by its request (lease lost)",
                           &shard->store->name, &shard->name, &job->key);
 
@@ -359,7 +359,7 @@ ngx_http_idempotency_job_done(ngx_http_idempotency_op_t *op)
     if ((ngx_msec_int_t) (job->deadline - ngx_current_msec) > 0) {
         ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
                       "idempotency store \"%V\" mysql=%V: storing the "
-                      "response of key \"%V\" failed (%ui%s%V), retrying",
+                      "response of key %V failed (%ui%s%V), retrying",
                       &shard->store->name, &shard->name, &job->key, op->rc,
                       op->err_text.len ? ": " : "", &op->err_text);
 
@@ -372,7 +372,7 @@ ngx_http_idempotency_job_done(ngx_http_idempotency_op_t *op)
     }
 
     ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
-                  "idempotency store \"%V\" mysql=%V: response of key \"%V\" "
+                  "idempotency store \"%V\" mysql=%V: response of key %V "
                   "could not be stored (%ui%s%V): the key stays in "
                   "progress and a retry after its lease executes it again",
                   &shard->store->name, &shard->name, &job->key, op->rc,

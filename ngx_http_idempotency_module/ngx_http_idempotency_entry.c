@@ -7,7 +7,19 @@
  */
 
 
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#if (OPENSSL_VERSION_NUMBER >= 0x30000000L)
+#include <openssl/core_names.h>
+#include <openssl/params.h>
+#else
+#include <openssl/hmac.h>
+#endif
+
 #include "ngx_http_idempotency_entry.h"
+
+
+static void ngx_http_idempotency_entry_key_free(void *data);
 
 
 u_char *
@@ -135,4 +147,187 @@ ngx_http_idempotency_entry_parse(ngx_pool_t *pool, u_char *data, size_t len,
     }
 
     return NGX_OK;
+}
+
+
+/*
+ * A keyed context is made once; each tag is computed on a copy of it, so
+ * the key schedule is not redone per entry.
+ */
+
+#if (OPENSSL_VERSION_NUMBER >= 0x30000000L)
+
+void *
+ngx_http_idempotency_entry_key(ngx_pool_t *pool, ngx_str_t *secret)
+{
+    EVP_MAC             *mac;
+    OSSL_PARAM           params[2];
+    EVP_MAC_CTX         *ctx;
+    ngx_pool_cleanup_t  *cln;
+
+    cln = ngx_pool_cleanup_add(pool, 0);
+    if (cln == NULL) {
+        return NULL;
+    }
+
+    mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+    if (mac == NULL) {
+        return NULL;
+    }
+
+    ctx = EVP_MAC_CTX_new(mac);
+    EVP_MAC_free(mac);
+
+    if (ctx == NULL) {
+        return NULL;
+    }
+
+    params[0] = OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST,
+                                                 (char *) "SHA256", 0);
+    params[1] = OSSL_PARAM_construct_end();
+
+    if (EVP_MAC_init(ctx, secret->data, secret->len, params) != 1) {
+        EVP_MAC_CTX_free(ctx);
+        return NULL;
+    }
+
+    cln->handler = ngx_http_idempotency_entry_key_free;
+    cln->data = ctx;
+
+    return ctx;
+}
+
+
+static void
+ngx_http_idempotency_entry_key_free(void *data)
+{
+    EVP_MAC_CTX_free(data);
+}
+
+
+ngx_int_t
+ngx_http_idempotency_entry_sign(void *key, u_char *key_hash, u_char *data,
+    size_t len, u_char *tag)
+{
+    size_t        n;
+    ngx_int_t     rc;
+    EVP_MAC_CTX  *ctx;
+
+    ctx = EVP_MAC_CTX_dup(key);
+    if (ctx == NULL) {
+        return NGX_ERROR;
+    }
+
+    rc = (EVP_MAC_update(ctx, key_hash, NGX_HTTP_IDEMPOTENCY_HASH_LEN) == 1
+          && EVP_MAC_update(ctx, data, len) == 1
+          && EVP_MAC_final(ctx, tag, &n, NGX_HTTP_IDEMPOTENCY_ENTRY_TAG_LEN)
+             == 1
+          && n == NGX_HTTP_IDEMPOTENCY_ENTRY_TAG_LEN)
+         ? NGX_OK : NGX_ERROR;
+
+    EVP_MAC_CTX_free(ctx);
+
+    return rc;
+}
+
+#else
+
+void *
+ngx_http_idempotency_entry_key(ngx_pool_t *pool, ngx_str_t *secret)
+{
+    HMAC_CTX            *ctx;
+    ngx_pool_cleanup_t  *cln;
+
+    cln = ngx_pool_cleanup_add(pool, 0);
+    if (cln == NULL) {
+        return NULL;
+    }
+
+    ctx = HMAC_CTX_new();
+    if (ctx == NULL) {
+        return NULL;
+    }
+
+    if (HMAC_Init_ex(ctx, secret->data, secret->len, EVP_sha256(), NULL)
+        != 1)
+    {
+        HMAC_CTX_free(ctx);
+        return NULL;
+    }
+
+    cln->handler = ngx_http_idempotency_entry_key_free;
+    cln->data = ctx;
+
+    return ctx;
+}
+
+
+static void
+ngx_http_idempotency_entry_key_free(void *data)
+{
+    HMAC_CTX_free(data);
+}
+
+
+ngx_int_t
+ngx_http_idempotency_entry_sign(void *key, u_char *key_hash, u_char *data,
+    size_t len, u_char *tag)
+{
+    ngx_int_t     rc;
+    unsigned int  n;
+    HMAC_CTX     *ctx;
+
+    ctx = HMAC_CTX_new();
+    if (ctx == NULL) {
+        return NGX_ERROR;
+    }
+
+    rc = (HMAC_CTX_copy(ctx, key) == 1
+          && HMAC_Update(ctx, key_hash, NGX_HTTP_IDEMPOTENCY_HASH_LEN) == 1
+          && HMAC_Update(ctx, data, len) == 1
+          && HMAC_Final(ctx, tag, &n) == 1
+          && n == NGX_HTTP_IDEMPOTENCY_ENTRY_TAG_LEN)
+         ? NGX_OK : NGX_ERROR;
+
+    HMAC_CTX_free(ctx);
+
+    return rc;
+}
+
+#endif
+
+
+ngx_int_t
+ngx_http_idempotency_entry_verify(ngx_array_t *keys, u_char *key_hash,
+    u_char *data, size_t len)
+{
+    void        **key;
+    size_t        n;
+    ngx_uint_t    i;
+    u_char        tag[NGX_HTTP_IDEMPOTENCY_ENTRY_TAG_LEN];
+
+    if (len < NGX_HTTP_IDEMPOTENCY_ENTRY_TAG_LEN) {
+        return NGX_DECLINED;
+    }
+
+    n = len - NGX_HTTP_IDEMPOTENCY_ENTRY_TAG_LEN;
+    key = keys->elts;
+
+    /* the newest secret first: after a rotation, old tags age out */
+
+    for (i = 0; i < keys->nelts; i++) {
+        if (ngx_http_idempotency_entry_sign(key[i], key_hash, data, n, tag)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        if (CRYPTO_memcmp(tag, data + n, NGX_HTTP_IDEMPOTENCY_ENTRY_TAG_LEN)
+            == 0)
+        {
+            return NGX_OK;
+        }
+    }
+
+    return NGX_DECLINED;
 }

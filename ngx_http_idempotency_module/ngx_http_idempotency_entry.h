@@ -18,6 +18,15 @@
  * serves requests that do not compare them either.  A row claimed with
  * fingerprinting off has a fingerprint of zeros, and the entry says so
  * with ENTRY_FP and zeros, exactly as MySQL would compare it.
+ *
+ * In Redis, which others can write to, an entry is followed by a tag:
+ *
+ *     u8[32] HMAC-SHA256 under the store's secret, over the key hash and
+ *            the entry
+ *
+ * so that a value is only ever replayed for the key it was written for,
+ * by an nginx that holds the secret.  The shared-memory zone, written by
+ * nginx alone, holds entries without it.
  */
 
 
@@ -34,6 +43,8 @@
 #define NGX_HTTP_IDEMPOTENCY_ENTRY_HEAD_LEN  52
 
 #define NGX_HTTP_IDEMPOTENCY_ENTRY_FP        0x01
+
+#define NGX_HTTP_IDEMPOTENCY_ENTRY_TAG_LEN   32
 
 
 typedef struct {
@@ -59,6 +70,24 @@ u_char *ngx_http_idempotency_entry_head(u_char *p, ngx_uint_t flags,
  */
 ngx_int_t ngx_http_idempotency_entry_parse(ngx_pool_t *pool, u_char *data,
     size_t len, ngx_http_idempotency_entry_t *e, const char **why);
+
+/*
+ * A keyed HMAC-SHA256 for secret, made once at configuration time and
+ * freed with pool; NULL on error.
+ */
+void *ngx_http_idempotency_entry_key(ngx_pool_t *pool, ngx_str_t *secret);
+
+/* writes the tag of an entry (data, len) under key into tag */
+ngx_int_t ngx_http_idempotency_entry_sign(void *key, u_char *key_hash,
+    u_char *data, size_t len, u_char *tag);
+
+/*
+ * Checks the tag that ends a tagged entry (data, len) against each of the
+ * keys (an array of void *): NGX_OK if one of them made it, NGX_DECLINED
+ * if none did, NGX_ERROR if the library failed.
+ */
+ngx_int_t ngx_http_idempotency_entry_verify(ngx_array_t *keys,
+    u_char *key_hash, u_char *data, size_t len);
 
 
 #endif /* _NGX_HTTP_IDEMPOTENCY_ENTRY_H_INCLUDED_ */

@@ -128,9 +128,9 @@ ngx_http_idempotency_header_filter(ngx_http_request_t *r)
         /* it ran: never again, but nothing a replay may not send */
 
         ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
-                      "idempotency: response of key \"%V\" has a status or "
+                      "idempotency: response of key %V has a status or "
                       "header that is never replayed: recorded as "
-                      "executed, not stored", &ctx->key);
+                      "executed, not stored", &ctx->key_id);
         ctx->too_large = 1;
     }
 
@@ -276,9 +276,9 @@ ngx_http_idempotency_capture(ngx_http_idempotency_ctx_t *ctx, u_char *data,
         /* still streamed in full; recorded as executed, not stored */
 
         ngx_log_error(NGX_LOG_INFO, ctx->request->connection->log, 0,
-                      "idempotency: response of key \"%V\" exceeds "
+                      "idempotency: response of key %V exceeds "
                       "idempotency_max_response_size, not stored",
-                      &ctx->key);
+                      &ctx->key_id);
 
         ctx->too_large = 1;
         ctx->body = NULL;
@@ -356,9 +356,9 @@ ngx_http_idempotency_captured(ngx_http_idempotency_ctx_t *ctx,
 
     if (ctx->expect_len >= 0 && (off_t) ctx->body_len != ctx->expect_len) {
         ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
-                      "idempotency: response of key \"%V\" was truncated "
+                      "idempotency: response of key %V was truncated "
                       "(%uz of %O bytes), key released",
-                      &ctx->key, ctx->body_len, ctx->expect_len);
+                      &ctx->key_id, ctx->body_len, ctx->expect_len);
         ngx_http_idempotency_release(ctx, "truncated response");
         return;
     }
@@ -424,10 +424,10 @@ ngx_http_idempotency_keep_timeout(ngx_event_t *ev)
     ctx = ev->data;
 
     ngx_log_error(NGX_LOG_ERR, ev->log, 0,
-                  "idempotency store \"%V\" mysql=%V: response of key \"%V\" "
+                  "idempotency store \"%V\" mysql=%V: response of key %V "
                   "not committed within %M ms: sent to the client anyway, "
                   "the write goes on (a duplicate meanwhile gets 409)",
-                  &ctx->conf->store->name, &ctx->shard->name, &ctx->key,
+                  &ctx->conf->store->name, &ctx->shard->name, &ctx->key_id,
                   ngx_http_idempotency_keep_time(ctx));
 
     ngx_http_idempotency_send_kept(ctx);
@@ -478,9 +478,9 @@ void
 ngx_http_idempotency_filter_abandon(ngx_http_idempotency_ctx_t *ctx)
 {
     ngx_log_error(NGX_LOG_INFO, ctx->request->connection->log, 0,
-                  "idempotency: the response of key \"%V\" ended before "
+                  "idempotency: the response of key %V ended before "
                   "its end with its client gone: recorded as executed, "
-                  "not stored", &ctx->key);
+                  "not stored", &ctx->key_id);
 
     ctx->capturing = 0;
     ctx->too_large = 1;
@@ -503,8 +503,8 @@ ngx_http_idempotency_client_gone(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_chain_t *in)
 {
     ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
-                  "idempotency: client of key \"%V\" is gone; the response "
-                  "is still read from the upstream and stored", &ctx->key);
+                  "idempotency: client of key %V is gone; the response "
+                  "is still read from the upstream and stored", &ctx->key_id);
 
     ctx->gone = 1;
     r->connection->error = 1;

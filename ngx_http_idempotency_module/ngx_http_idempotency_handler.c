@@ -223,6 +223,13 @@ ngx_http_idempotency_start(ngx_http_request_t *r,
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
+    /* the error log names a key by its hash: the key may be a secret */
+
+    ngx_hex_dump(ctx->key_id_data, ctx->key_hash,
+                 NGX_HTTP_IDEMPOTENCY_KEY_ID_LEN / 2);
+    ctx->key_id.data = ctx->key_id_data;
+    ctx->key_id.len = NGX_HTTP_IDEMPOTENCY_KEY_ID_LEN;
+
     ctx->shard = ngx_http_idempotency_shard(ilcf->store, ctx->key_hash);
     ctx->wait_until = ngx_current_msec + ilcf->wait;
 
@@ -463,10 +470,10 @@ ngx_http_idempotency_claim_lost(ngx_http_request_t *r,
     }
 
     ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
-                  "idempotency store \"%V\" mysql=%V: claim of key \"%V\" "
+                  "idempotency store \"%V\" mysql=%V: claim of key %V "
                   "lost %ui races at commit (1213): the key is in progress "
                   "elsewhere", &ctx->conf->store->name, &ctx->shard->name,
-                  &ctx->key, ctx->lost);
+                  &ctx->key_id, ctx->lost);
 
     ctx->in_progress = 1;
 
@@ -515,14 +522,14 @@ ngx_http_idempotency_won(ngx_http_request_t *r,
 
     if (status == NGX_HTTP_IDEMPOTENCY_TAKEOVER) {
         ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
-                      "idempotency: key \"%V\" taken over from an owner "
-                      "whose lease ended", &ctx->key);
+                      "idempotency: key %V taken over from an owner "
+                      "whose lease ended", &ctx->key_id);
     }
 
     /* the lease counts from the claim's INSERT, sent no earlier */
 
     ctx->lease.shard = ctx->shard;
-    ctx->lease.key = &ctx->key;
+    ctx->lease.key = &ctx->key_id;
     ctx->lease.key_hash = ctx->key_hash;
     ctx->lease.token = ctx->token;
     ctx->lease.lease = ctx->conf->lease;
@@ -598,8 +605,8 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
 
             ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                           "idempotency store \"%V\": stored response of "
-                          "key \"%V\" is malformed (%uz bytes: %s), "
-                          "not replayed", &ilcf->store->name, &ctx->key,
+                          "key %V is malformed (%uz bytes: %s), "
+                          "not replayed", &ilcf->store->name, &ctx->key_id,
                           f->len, why);
 
             ctx->problem = NGX_HTTP_IDEMPOTENCY_P_STORE;
@@ -799,9 +806,9 @@ ngx_http_idempotency_store_failed(ngx_http_request_t *r,
             ? NGX_LOG_WARN : NGX_LOG_ERR;
 
     ngx_log_error(level, r->connection->log, 0,
-                  "idempotency store \"%V\" mysql=%V: claim of key \"%V\" "
+                  "idempotency store \"%V\" mysql=%V: claim of key %V "
                   "failed: %s%s%*s%s, %s",
-                  &ilcf->store->name, &ctx->shard->name, &ctx->key, what,
+                  &ilcf->store->name, &ctx->shard->name, &ctx->key_id, what,
                   op->err_text.len ? " (" : "", op->err_text.len,
                   op->err_text.data, op->err_text.len ? ")" : "",
                   ilcf->on_store_error == NGX_HTTP_IDEMPOTENCY_STORE_PASS
@@ -834,10 +841,10 @@ ngx_http_idempotency_store_failed_held(ngx_http_request_t *r,
     /* info: a flood of held duplicates would write one line per poll */
 
     ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
-                  "idempotency store \"%V\" mysql=%V: poll of key \"%V\" "
+                  "idempotency store \"%V\" mysql=%V: poll of key %V "
                   "failed: %s; the key was in progress, so the request is "
                   "never forwarded", &ctx->conf->store->name,
-                  &ctx->shard->name, &ctx->key, what);
+                  &ctx->shard->name, &ctx->key_id, what);
 
     if (ngx_http_idempotency_hold(r, ctx) == NGX_AGAIN) {
         return;
@@ -1161,8 +1168,8 @@ ngx_http_idempotency_cleanup(void *data)
         } else {
             ngx_log_error(NGX_LOG_INFO, c->log, 0,
                           "idempotency: client closed the connection while "
-                          "key \"%V\" was upstream: the key stays in "
-                          "progress until its lease ends", &ctx->key);
+                          "key %V was upstream: the key stays in "
+                          "progress until its lease ends", &ctx->key_id);
             ngx_http_idempotency_handed_over(ctx);
         }
     }

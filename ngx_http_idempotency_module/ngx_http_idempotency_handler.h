@@ -25,6 +25,9 @@
 #define NGX_HTTP_IDEMPOTENCY_PH_RESOLVED  4   /* outcome known */
 #define NGX_HTTP_IDEMPOTENCY_PH_PASSED    5   /* handled; never again */
 
+/* the hex digits of the key hash that name a key in the error log */
+#define NGX_HTTP_IDEMPOTENCY_KEY_ID_LEN   8
+
 /* ctx->outcome */
 #define NGX_HTTP_IDEMPOTENCY_OUT_FORWARD  0
 #define NGX_HTTP_IDEMPOTENCY_OUT_REPLAY   1
@@ -38,6 +41,7 @@ typedef struct {
     ngx_http_idempotency_shard_t      *shard;
 
     ngx_str_t                          key;
+    ngx_str_t                          key_id;     /* for the error log */
     ngx_uint_t                         status;     /* $idempotency_status */
     ngx_uint_t                         phase;
     ngx_uint_t                         outcome;
@@ -92,6 +96,7 @@ typedef struct {
     unsigned                           has_token:1;
 
     u_char                key_hash[NGX_HTTP_IDEMPOTENCY_HASH_LEN];
+    u_char                key_id_data[NGX_HTTP_IDEMPOTENCY_KEY_ID_LEN];
     u_char                fingerprint[NGX_HTTP_IDEMPOTENCY_HASH_LEN];
     u_char                token[NGX_HTTP_IDEMPOTENCY_TOKEN_LEN];
 } ngx_http_idempotency_ctx_t;

@@ -94,7 +94,7 @@ ngx_http_idempotency_lease_done(ngx_http_idempotency_op_t *op)
 
         if (op->affected_rows == 0) {
             ngx_log_error(NGX_LOG_WARN, lease->log, 0,
-                          "idempotency: key \"%V\" is no longer held by "
+                          "idempotency: key %V is no longer held by "
                           "its request (lease lost)", lease->key);
             lease->lost = 1;
             return;
@@ -120,7 +120,7 @@ ngx_http_idempotency_lease_done(ngx_http_idempotency_op_t *op)
     {
         ngx_log_error(NGX_LOG_WARN, lease->log, 0,
                       "idempotency store \"%V\" mysql=%V: lease renewal of "
-                      "key \"%V\" failed (%ui%s%V), will try again",
+                      "key %V failed (%ui%s%V), will try again",
                       &lease->shard->store->name, &lease->shard->name,
                       lease->key, op->rc, op->err_text.len ? ": " : "",
                       &op->err_text);
@@ -130,7 +130,7 @@ ngx_http_idempotency_lease_done(ngx_http_idempotency_op_t *op)
     if (!lease->failing) {
         ngx_log_error(NGX_LOG_ERR, lease->log, 0,
                       "idempotency store \"%V\" mysql=%V: lease renewals of "
-                      "key \"%V\" keep failing (%ui%s%V): its lease may "
+                      "key %V keep failing (%ui%s%V): its lease may "
                       "end, and a duplicate may then run it again",
                       &lease->shard->store->name, &lease->shard->name,
                       lease->key, op->rc, op->err_text.len ? ": " : "",

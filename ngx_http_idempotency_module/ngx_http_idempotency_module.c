@@ -10,6 +10,7 @@
 #include "ngx_http_idempotency_mysql.h"
 #include "ngx_http_idempotency_redis.h"
 #include "ngx_http_idempotency_cache.h"
+#include "ngx_http_idempotency_entry.h"
 #include "ngx_http_idempotency_tier.h"
 #include "ngx_http_idempotency_purge.h"
 #include "ngx_http_idempotency_key.h"
@@ -24,6 +25,8 @@
 
 static char *ngx_http_idempotency_store_block(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
+static ngx_int_t ngx_http_idempotency_add_secret(ngx_conf_t *cf,
+    ngx_http_idempotency_store_t *store, ngx_str_t *secret);
 static ngx_int_t ngx_http_idempotency_cstr(ngx_pool_t *pool, ngx_str_t *s);
 static ngx_int_t ngx_http_idempotency_read_secret(ngx_conf_t *cf,
     ngx_str_t *file, ngx_str_t *secret);
@@ -257,7 +260,8 @@ static ngx_conf_bitmask_t  ngx_http_idempotency_method_names[] = {
  *                   database=DB [table=T] [pool=N] [connect_timeout=T]
  *                   [query_timeout=T] [wait_queue=N]
  *                   [redis=ADDR] [redis_password=P] [redis_db=N]
- *                   [redis_timeout=T] [cache=ZONE:SIZE];
+ *                   [redis_timeout=T] [redis_max_entry=SIZE]
+ *                   [secret=S | secret_file=F ...] [cache=ZONE:SIZE];
  */
 
 static char *
@@ -266,7 +270,7 @@ ngx_http_idempotency_store_block(ngx_conf_t *cf, ngx_command_t *cmd,
 {
     u_char                        *p;
     ngx_int_t                      n;
-    ngx_str_t                     *value, v;
+    ngx_str_t                     *value, v, secret;
     ngx_uint_t                     i;
     ngx_http_idempotency_store_t  *store;
 
@@ -472,6 +476,40 @@ ngx_http_idempotency_store_block(ngx_conf_t *cf, ngx_command_t *cmd,
             continue;
         }
 
+        if (ngx_http_idempotency_param("redis_max_entry")) {
+            n = ngx_parse_size(&v);
+
+            if (n == NGX_ERROR || n < 1024 || n > 512 * 1024 * 1024) {
+                goto invalid;
+            }
+
+            store->redis_max_entry = n;
+            continue;
+        }
+
+        /* the first secret signs, the others are still accepted */
+
+        if (ngx_http_idempotency_param("secret")
+            || ngx_http_idempotency_param("secret_file"))
+        {
+            secret = v;
+
+            if (ngx_http_idempotency_param("secret_file")
+                && ngx_http_idempotency_read_secret(cf, &v, &secret)
+                   != NGX_OK)
+            {
+                return NGX_CONF_ERROR;
+            }
+
+            if (ngx_http_idempotency_add_secret(cf, store, &secret)
+                != NGX_OK)
+            {
+                return NGX_CONF_ERROR;
+            }
+
+            continue;
+        }
+
         if (ngx_http_idempotency_param("cache")) {
             if (store->cache) {
                 goto invalid;
@@ -493,7 +531,8 @@ ngx_http_idempotency_store_block(ngx_conf_t *cf, ngx_command_t *cmd,
 
     if (store->redis_name.len == 0
         && (store->redis_password.len || store->redis_db
-            || store->redis_timeout != NGX_CONF_UNSET_MSEC))
+            || store->redis_timeout != NGX_CONF_UNSET_MSEC
+            || store->redis_max_entry != NGX_CONF_UNSET_SIZE))
     {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "idempotency store \"%V\" has \"redis_...\" "
@@ -504,6 +543,27 @@ ngx_http_idempotency_store_block(ngx_conf_t *cf, ngx_command_t *cmd,
 
     if (store->redis_timeout == NGX_CONF_UNSET_MSEC) {
         store->redis_timeout = 500;
+    }
+
+    if (store->redis_max_entry == NGX_CONF_UNSET_SIZE) {
+        store->redis_max_entry = 4 * 1024 * 1024;
+    }
+
+    /* whoever can write to the Redis must not choose what is replayed */
+
+    if (store->redis_name.len && store->secrets == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "idempotency store \"%V\" has \"redis=\" but no "
+                           "\"secret=\" or \"secret_file=\" to sign its "
+                           "entries with", &store->name);
+        return NGX_CONF_ERROR;
+    }
+
+    if (store->redis_name.len == 0 && store->secrets) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "idempotency store \"%V\" has a secret but no "
+                           "\"redis=\" server", &store->name);
+        return NGX_CONF_ERROR;
     }
 
     if (store->shards.nelts == 0) {
@@ -536,11 +596,16 @@ invalid:
     /* never echo a password back */
 
     if (ngx_strncmp(value[i].data, "password=", 9) == 0
-        || ngx_strncmp(value[i].data, "redis_password=", 15) == 0)
+        || ngx_strncmp(value[i].data, "redis_password=", 15) == 0
+        || ngx_strncmp(value[i].data, "secret=", 7) == 0)
     {
+        value[i].len = ngx_strlchr(value[i].data,
+                                   value[i].data + value[i].len, '=')
+                       - value[i].data;
+
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "invalid \"password=\" parameter in "
-                           "\"idempotency_store\"");
+                           "invalid \"%V=\" parameter in "
+                           "\"idempotency_store\"", &value[i]);
         return NGX_CONF_ERROR;
     }
 
@@ -638,6 +703,49 @@ failed:
                        "cannot read a secret from \"%V\" (the first line "
                        "of a readable file of at most 4096 bytes)", file);
     return NGX_ERROR;
+}
+
+
+/*
+ * A secret of at least 16 bytes (a passphrase-sized minimum; HMAC itself
+ * takes any length), keyed once for the whole configuration.
+ */
+
+static ngx_int_t
+ngx_http_idempotency_add_secret(ngx_conf_t *cf,
+    ngx_http_idempotency_store_t *store, ngx_str_t *secret)
+{
+    void  **key;
+
+    if (secret->len < 16) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "idempotency store \"%V\": a secret must be at "
+                           "least 16 bytes long", &store->name);
+        return NGX_ERROR;
+    }
+
+    if (store->secrets == NULL) {
+        store->secrets = ngx_array_create(cf->pool, 2, sizeof(void *));
+        if (store->secrets == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    key = ngx_array_push(store->secrets);
+    if (key == NULL) {
+        return NGX_ERROR;
+    }
+
+    *key = ngx_http_idempotency_entry_key(cf->pool, secret);
+
+    if (*key == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "idempotency store \"%V\": HMAC-SHA256 is not "
+                           "available from OpenSSL", &store->name);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
 }
 
 
@@ -872,6 +980,7 @@ ngx_http_idempotency_find_store(ngx_conf_t *cf, ngx_str_t *name)
     store->purge = NGX_HTTP_IDEMPOTENCY_PURGE_INTERVAL;
     store->purge_batch = NGX_HTTP_IDEMPOTENCY_PURGE_BATCH;
     store->redis_timeout = NGX_CONF_UNSET_MSEC;
+    store->redis_max_entry = NGX_CONF_UNSET_SIZE;
     store->conf_file = cf->conf_file->file.name.data;
     store->conf_line = cf->conf_file->line;
 

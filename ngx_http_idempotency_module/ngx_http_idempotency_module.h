@@ -79,7 +79,11 @@ struct ngx_http_idempotency_store_s {
     ngx_str_t                       redis_password; /* never logged */
     ngx_int_t                       redis_db;      /* 0: no SELECT */
     ngx_msec_t                      redis_timeout;
+    size_t                          redis_max_entry;
+    ngx_array_t                    *secrets;   /* keyed HMACs, first signs */
     void                           *redis;     /* per worker, on first use */
+    time_t                          redis_bad_logged;  /* per worker */
+    ngx_uint_t                      redis_bad_quiet;   /* since then */
 
     u_char                         *conf_file;  /* first reference */
     ngx_uint_t                      conf_line;

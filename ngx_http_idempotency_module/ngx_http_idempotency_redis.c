@@ -125,8 +125,9 @@ ngx_http_idempotency_redis_get(ngx_http_idempotency_store_t *store,
     ngx_str_t                        *key;
     ngx_http_idempotency_redis_t     *client;
     ngx_http_idempotency_redis_op_t  *op;
-    const char                       *argv[2];
-    size_t                            argvlen[2];
+    const char                       *argv[4];
+    size_t                            argvlen[4];
+    u_char                            last[NGX_SIZE_T_LEN];
 
     client = ngx_http_idempotency_redis_client(store);
     if (client == NULL) {
@@ -151,16 +152,20 @@ ngx_http_idempotency_redis_get(ngx_http_idempotency_store_t *store,
     argvlen[1] = key->len;
 
     /*
-     * GET and PTTL, pipelined: the remaining time to live comes from
+     * GETRANGE and PTTL, pipelined: the remaining time to live comes from
      * Redis' clock, so hosts whose clocks disagree still never keep an
      * entry past its retention
      */
 
-    argv[0] = "GET";
-    argvlen[0] = 3;
+    argv[0] = "GETRANGE";
+    argvlen[0] = 8;
+    argv[2] = "0";
+    argvlen[2] = 1;
+    argv[3] = (const char *) last;
+    argvlen[3] = ngx_sprintf(last, "%uz", store->redis_max_entry) - last;
 
     if (redisAsyncCommandArgv(client->ac, ngx_http_idempotency_redis_reply,
-                              op, 2, argv, argvlen)
+                              op, 4, argv, argvlen)
         != REDIS_OK)
     {
         ngx_http_idempotency_redis_finish(op,
@@ -1037,14 +1042,19 @@ ngx_http_idempotency_redis_reply(redisAsyncContext *ac, void *r,
 
     if (op->lookup && op->got == 1) {
 
-        /* GET of a lookup */
+        /* GETRANGE of a lookup: "" for a key that does not exist */
 
-        if (reply->type == REDIS_REPLY_STRING) {
+        if (reply->type == REDIS_REPLY_STRING
+            && reply->len > client->store->redis_max_entry)
+        {
+            op->too_big = 1;
+            op->value.len = reply->len;
+
+        } else if (reply->type == REDIS_REPLY_STRING && reply->len) {
             op->pool = ngx_create_pool(1024, client->log);
 
             if (op->pool) {
-                op->value.data = ngx_pnalloc(op->pool,
-                                             reply->len ? reply->len : 1);
+                op->value.data = ngx_pnalloc(op->pool, reply->len);
             }
 
             if (op->value.data == NULL) {
@@ -1058,7 +1068,9 @@ ngx_http_idempotency_redis_reply(redisAsyncContext *ac, void *r,
             ngx_memcpy(op->value.data, reply->str, reply->len);
             op->value.len = reply->len;
 
-        } else if (reply->type != REDIS_REPLY_NIL) {
+        } else if (reply->type != REDIS_REPLY_STRING
+                   && reply->type != REDIS_REPLY_NIL)
+        {
             ngx_http_idempotency_redis_finish(op,
                                               NGX_HTTP_IDEMPOTENCY_REDIS_BAD);
             goto done;

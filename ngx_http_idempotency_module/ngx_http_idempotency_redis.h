@@ -4,8 +4,8 @@
  * on nginx events).
  *
  * Each worker keeps one connection per store, made on first use; every
- * operation is pipelined on it.  An "op" is one lookup (GET and PTTL of
- * a key) or one store (SET ... EX); each has its own deadline,
+ * operation is pipelined on it.  An "op" is one lookup (GETRANGE and
+ * PTTL of a key) or one store (SET ... EX); each has its own deadline,
  * redis_timeout.  While Redis is down the ops fail at once, so a request
  * never waits for a Redis that is known to be away.
  */
@@ -45,6 +45,10 @@ struct ngx_http_idempotency_redis_op_s {
                                                         handler may take
                                                         it (set NULL) */
     int64_t                                 pttl;    /* ms, -1: none */
+    unsigned                                too_big:1;  /* over
+                                                        redis_max_entry;
+                                                        value.len says
+                                                        what came */
 
     /* private */
     void                                   *client;
@@ -61,7 +65,9 @@ struct ngx_http_idempotency_redis_op_s {
 
 
 /*
- * Looks the key up: GET and PTTL, pipelined.  NULL on allocation
+ * Looks the key up: GETRANGE of at most redis_max_entry + 1 bytes (a
+ * value planted in Redis cannot make a worker read hundreds of MB) and
+ * PTTL, pipelined.  An empty string is nil.  NULL on allocation
  * failure; otherwise the caller sets handler and data, and the handler
  * is always called later.
  */

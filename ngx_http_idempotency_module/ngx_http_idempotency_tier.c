@@ -28,6 +28,8 @@ static void ngx_http_idempotency_tier_redis_done(
     ngx_http_idempotency_redis_op_t *op);
 static ngx_int_t ngx_http_idempotency_tier_redis_entry(
     ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_redis_op_t *op);
+static void ngx_http_idempotency_tier_reject(ngx_http_idempotency_ctx_t *ctx,
+    const char *why, size_t len);
 static ngx_uint_t ngx_http_idempotency_tier_usable(
     ngx_http_idempotency_ctx_t *ctx);
 static void ngx_http_idempotency_tier_keep(ngx_http_idempotency_ctx_t *ctx,
@@ -106,9 +108,9 @@ ngx_http_idempotency_tier_shm(ngx_http_idempotency_ctx_t *ctx,
         /* only this module writes the zone: a bug, not an attack */
 
         ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
-                      "idempotency store \"%V\": cache entry of key \"%V\" "
+                      "idempotency store \"%V\": cache entry of key %V "
                       "is unreadable (%s), ignored",
-                      &store->name, &ctx->key, why);
+                      &store->name, &ctx->key_id, why);
         goto miss;
     }
 
@@ -163,6 +165,13 @@ ngx_http_idempotency_tier_redis_done(ngx_http_idempotency_redis_op_t *op)
 
     case NGX_HTTP_IDEMPOTENCY_REDIS_OK:
 
+        if (op->too_big) {
+            ngx_http_idempotency_tier_reject(ctx, "over redis_max_entry",
+                                             op->value.len);
+            ngx_http_idempotency_count(counters, redis_misses);
+            break;
+        }
+
         if (op->value.data == NULL) {
             ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                            "idempotency: key \"%V\" not in redis",
@@ -185,12 +194,7 @@ ngx_http_idempotency_tier_redis_done(ngx_http_idempotency_redis_op_t *op)
 
     case NGX_HTTP_IDEMPOTENCY_REDIS_BAD:
 
-        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
-                      "idempotency store \"%V\" redis=%V: key \"%V\" holds "
-                      "no string, ignored",
-                      &store->name, &store->redis_name, &ctx->key);
-
-        ngx_http_idempotency_count(counters, redis_bad);
+        ngx_http_idempotency_tier_reject(ctx, "no string", 0);
         ngx_http_idempotency_count(counters, redis_misses);
         break;
 
@@ -214,31 +218,41 @@ static ngx_int_t
 ngx_http_idempotency_tier_redis_entry(ngx_http_idempotency_ctx_t *ctx,
     ngx_http_idempotency_redis_op_t *op)
 {
-    time_t                            now, expires;
-    ngx_int_t                         rc;
-    const char                       *why;
-    ngx_http_request_t               *r;
-    ngx_http_idempotency_store_t     *store;
-    ngx_http_idempotency_counters_t  *counters;
+    size_t                         len;
+    time_t                         now, expires;
+    ngx_int_t                      rc;
+    const char                    *why;
+    ngx_http_request_t            *r;
+    ngx_http_idempotency_store_t  *store;
 
     r = ctx->request;
     store = ctx->conf->store;
-    counters = ngx_http_idempotency_counters(store);
 
-    rc = ngx_http_idempotency_entry_parse(op->pool, op->value.data,
-                                          op->value.len, &ctx->entry, &why);
+    /*
+     * Whatever is not the module's own is never replayed: MySQL answers,
+     * and its replay writes a good entry over it.  The tag first, so that
+     * nothing of a foreign value is parsed.
+     */
+
+    rc = ngx_http_idempotency_entry_verify(store->secrets, ctx->key_hash,
+                                           op->value.data, op->value.len);
 
     if (rc != NGX_OK) {
-        /* whoever wrote it, it is never replayed; MySQL answers, and its
-         * replay writes a good entry over it */
+        ngx_http_idempotency_tier_reject(ctx, rc == NGX_DECLINED
+                                         ? "not signed with this store's "
+                                           "secret for this key"
+                                         : "not verifiable (OpenSSL failed)",
+                                         op->value.len);
+        return NGX_DECLINED;
+    }
 
-        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
-                      "idempotency store \"%V\" redis=%V: value of key "
-                      "\"%V\" is %s (%uz bytes), ignored",
-                      &store->name, &store->redis_name, &ctx->key,
-                      why, op->value.len);
+    len = op->value.len - NGX_HTTP_IDEMPOTENCY_ENTRY_TAG_LEN;
 
-        ngx_http_idempotency_count(counters, redis_bad);
+    rc = ngx_http_idempotency_entry_parse(op->pool, op->value.data, len,
+                                          &ctx->entry, &why);
+
+    if (rc != NGX_OK) {
+        ngx_http_idempotency_tier_reject(ctx, why, op->value.len);
         return NGX_DECLINED;
     }
 
@@ -259,12 +273,8 @@ ngx_http_idempotency_tier_redis_entry(ngx_http_idempotency_ctx_t *ctx,
         /* the module writes every entry with an expiry: one without
          * (SET without EX, PERSIST) was not written by it as it is */
 
-        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
-                      "idempotency store \"%V\" redis=%V: value of key "
-                      "\"%V\" has no expiry, ignored",
-                      &store->name, &store->redis_name, &ctx->key);
-
-        ngx_http_idempotency_count(counters, redis_bad);
+        ngx_http_idempotency_tier_reject(ctx, "without expiry",
+                                         op->value.len);
         return NGX_DECLINED;
     }
 
@@ -286,7 +296,7 @@ ngx_http_idempotency_tier_redis_entry(ngx_http_idempotency_ctx_t *ctx,
 
     if (store->cache) {
         ngx_http_idempotency_cache_put(store->cache, ctx->key_hash, expires,
-                                       op->value.data, op->value.len);
+                                       op->value.data, len);
     }
 
     ngx_http_idempotency_tier_keep(ctx, op->pool);
@@ -298,6 +308,44 @@ ngx_http_idempotency_tier_redis_entry(ngx_http_idempotency_ctx_t *ctx,
                    "idempotency: key \"%V\" found in redis", &ctx->key);
 
     return NGX_OK;
+}
+
+
+/*
+ * A value in Redis that the module will not replay: counted, and logged
+ * at most once a minute per worker (each request of a flood of planted
+ * values would otherwise write a line), with how many went unlogged.
+ */
+
+static void
+ngx_http_idempotency_tier_reject(ngx_http_idempotency_ctx_t *ctx,
+    const char *why, size_t len)
+{
+    time_t                            now;
+    ngx_http_idempotency_store_t     *store;
+    ngx_http_idempotency_counters_t  *counters;
+
+    store = ctx->conf->store;
+    counters = ngx_http_idempotency_counters(store);
+
+    ngx_http_idempotency_count(counters, redis_bad);
+
+    now = ngx_time();
+
+    if (store->redis_bad_logged && now - store->redis_bad_logged < 60) {
+        store->redis_bad_quiet++;
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_WARN, ctx->request->connection->log, 0,
+                  "idempotency store \"%V\" redis=%V: value of key %V "
+                  "ignored: %s (%uz bytes); %ui more ignored since the "
+                  "last such line",
+                  &store->name, &store->redis_name, &ctx->key_id, why, len,
+                  store->redis_bad_quiet);
+
+    store->redis_bad_logged = now;
+    store->redis_bad_quiet = 0;
 }
 
 
@@ -342,6 +390,7 @@ ngx_http_idempotency_tier_put(ngx_http_idempotency_store_t *store,
     u_char *key_hash, ngx_uint_t flags, u_char *fingerprint, time_t expires,
     ngx_chain_t *record, size_t len)
 {
+    void                            **secrets;
     u_char                           *data, *p;
     size_t                            size;
     time_t                            ttl;
@@ -362,7 +411,10 @@ ngx_http_idempotency_tier_put(ngx_http_idempotency_store_t *store,
 
     size = NGX_HTTP_IDEMPOTENCY_ENTRY_HEAD_LEN + len;
 
-    data = ngx_alloc(size, ngx_cycle->log);
+    /* room for the tag that Redis' copy carries */
+
+    data = ngx_alloc(size + NGX_HTTP_IDEMPOTENCY_ENTRY_TAG_LEN,
+                     ngx_cycle->log);
     if (data == NULL) {
         return;
     }
@@ -388,9 +440,39 @@ ngx_http_idempotency_tier_put(ngx_http_idempotency_store_t *store,
                                        data, size);
     }
 
-    if (store->redis_name.len
-        && ngx_http_idempotency_redis_set(store, key_hash, data, size, ttl)
-           == NGX_OK)
+    if (store->redis_name.len == 0) {
+        ngx_free(data);
+        return;
+    }
+
+    /* an entry that a lookup would refuse is not written */
+
+    if (size + NGX_HTTP_IDEMPOTENCY_ENTRY_TAG_LEN > store->redis_max_entry) {
+        ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                       "idempotency: entry of %uz bytes not written to "
+                       "redis (redis_max_entry %uz)",
+                       size, store->redis_max_entry);
+        ngx_free(data);
+        return;
+    }
+
+    secrets = store->secrets->elts;
+
+    if (ngx_http_idempotency_entry_sign(secrets[0], key_hash, data, size,
+                                        data + size)
+        != NGX_OK)
+    {
+        ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,
+                      "idempotency store \"%V\": HMAC-SHA256 failed, "
+                      "entry not written to redis", &store->name);
+        ngx_free(data);
+        return;
+    }
+
+    if (ngx_http_idempotency_redis_set(store, key_hash, data,
+                                       size + NGX_HTTP_IDEMPOTENCY_ENTRY_TAG_LEN,
+                                       ttl)
+        == NGX_OK)
     {
         counters = ngx_http_idempotency_counters(store);
         ngx_http_idempotency_count(counters, redis_stores);

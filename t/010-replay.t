@@ -416,8 +416,8 @@ POST /orders
 x
 --- error_code: 503
 --- response_body_like: store-unavailable
---- error_log
-stored response of key "t010-18" is malformed
+--- error_log eval
+"stored response of key " . IdemStress::key_id('t010-18') . " is malformed"
 
 
 

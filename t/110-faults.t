@@ -461,7 +461,7 @@ sub upstream_case {
 
     # (a 503 from the claim-release race is the subject of its own test)
     my $raced = grep {
-        /claim of key "\Q$key\E" failed: the claim returned no row/ }
+        /claim of key \Q${\ IdemStress::key_id($key)}\E failed: the claim returned no row/ }
                 split /\n/, $ngx->error_log;
     my (%by, @bad);
     for my $r (@res) {
@@ -779,7 +779,7 @@ scenario(sub {
 
     # down until the completion has failed seven times (about 16 s)
     wait_for('seven failed completion tries', 90, sub {
-        my @l = grep { /storing the response of key "\Q$k\E" failed/ }
+        my @l = grep { /storing the response of key \Q${\ IdemStress::key_id($k)}\E failed/ }
                 split /\n/, $ngx->error_log;
         @l >= 7;
     }, 0.1);

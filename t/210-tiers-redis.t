@@ -28,14 +28,17 @@ $ENV{TEST_NGINX_REDIS_DOWN_PORT} = free_port();
 start_redis($ENV{TEST_NGINX_REDIS2_PORT}, '--requirepass', 't210-pass');
 
 # an entry in the documented format (ngx_http_idempotency_entry.h), made
-# without the module's encoder
+# without the module's encoder, and signed for key (scope '') with the
+# suite's secret, or with secret, or not at all (secret => '')
 sub entry {
     my (%e) = @_;
     my $fp = defined $e{fp} ? pack('H64', $e{fp}) : "\0" x 32;
-    return 'IDE' . pack('CCC3Q>a32N', $e{version} // 1, $e{flags} // 1,
-                        0, 0, 0, $e{expires} // time + 3600, $fp,
-                        $e{len} // length $e{record})
-           . $e{record};
+    my $entry = 'IDE' . pack('CCC3Q>a32N', $e{version} // 1, $e{flags} // 1,
+                             0, 0, 0, $e{expires} // time + 3600, $fp,
+                             $e{len} // length $e{record})
+                . $e{record};
+    return $entry if defined $e{secret} && $e{secret} eq '';
+    return TierTest::signed('', $e{key}, $entry, $e{secret});
 }
 
 sub r2 { redis_cmd($ENV{TEST_NGINX_REDIS2_PORT}, ['AUTH', 't210-pass'], @_) }
@@ -249,7 +252,7 @@ my $rec = IdemTest::record(202, [['Content-Type', 'text/plain'],
                                  ['X-Seeded', 'one'], ['X-Seeded', 'two']],
                            "from the entry\n");
 redis_cmd($ENV{TEST_NGINX_REDIS_PORT}, 'SET', redis_key('main', '', 't210-6'),
-          main::entry(record => $rec,
+          main::entry(key => 't210-6', record => $rec,
                       fp => fingerprint('POST', '/orders', 'x')),
           'EX', '600');
 --- more_headers eval
@@ -269,7 +272,7 @@ redis_cmd($ENV{TEST_NGINX_REDIS_PORT}, 'SET', redis_key('main', '', 't210-6'),
 
 
 
-=== TEST 7: a value that is no entry is never replayed: a logged miss, MySQL answers
+=== TEST 7: a value that is not the module's own entry for the key is never replayed: a miss, MySQL answers, one line a minute
 --- http_config eval
 TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}")
 --- config
@@ -284,33 +287,46 @@ my $port = $ENV{TEST_NGINX_REDIS_PORT};
 my $key = redis_key('main', '', 't210-7');
 is(http_req(key => 't210-7', body => 'x')->{status}, 201, 'executed');
 Time::HiRes::sleep(0.2);
+my $good = redis_cmd($port, 'GET', $key);
+ok(length($good) > 84, 'the completion wrote an entry');
 my $rec = IdemTest::record(200, [], 'seeded, never to be replayed');
 my $fp = fingerprint('POST', '/orders', 'x');
+my %k = (key => 't210-7', fp => $fp);
 my @bad = (
-    ['garbage', 'not an entry (bad magic)'],
-    ['', 'not an entry (bad magic)'],
-    ["IDE\x01" . "\0" x 10, 'truncated entry'],
-    [main::entry(record => $rec, fp => $fp, len => length($rec) + 1),
+    # not signed for this key with this store's secret
+    ['garbage', 'garbage'],
+    [main::entry(%k, record => $rec, secret => ''), 'an unsigned entry'],
+    [main::entry(%k, record => $rec, secret => 'not-the-store-secret-42'),
+     'an entry signed with another secret'],
+    [main::entry(%k, key => 't210-other', record => $rec),
+     'an entry signed for another key (copied or planted)'],
+    [substr($good, 0, -33) . 'X' . substr($good, -32),
+     "the module's entry with one body byte changed"],
+    [$good . 'x', "the module's entry with a byte appended"],
+    [substr($good, 0, -32), "the module's entry without its tag"],
+    # signed, yet no entry a replay may send: the tag is no licence
+    [TierTest::signed('', 't210-7', "IDE\x01" . "\0" x 10),
+     'truncated entry'],
+    [main::entry(%k, record => $rec, len => length($rec) + 1),
      'record length does not match'],
-    [main::entry(record => 'IDR1 not a record', fp => $fp), 'malformed record'],
-    [main::entry(record => $rec, fp => $fp, expires => 0), 'bad expiry'],
-    [main::entry(record => $rec, fp => $fp, flags => 0x80), 'unknown flags'],
-    [main::entry(record => $rec, fp => $fp, flags => 0),
+    [main::entry(%k, record => 'IDR1 not a record'), 'malformed record'],
+    [main::entry(%k, record => $rec, expires => 0), 'bad expiry'],
+    [main::entry(%k, record => $rec, flags => 0x80), 'unknown flags'],
+    [main::entry(%k, record => $rec, flags => 0),
      'a fingerprint without its flag'],
-    # records that parse but must never reach a client
-    [main::entry(fp => $fp, record => IdemTest::record(200,
+    [main::entry(%k, record => IdemTest::record(200,
          [['X-A', "v\r\nSet-Cookie: planted=1"]], 'poisoned')),
      'a header value with CR, LF'],
-    [main::entry(fp => $fp, record => IdemTest::record(200,
+    [main::entry(%k, record => IdemTest::record(200,
          [['Transfer-Encoding', 'chunked']], 'poisoned')),
      'a Transfer-Encoding header'],
-    [main::entry(fp => $fp, record => IdemTest::record(200,
+    [main::entry(%k, record => IdemTest::record(200,
          [['Content-Length', '3']], 'poisoned')),
      'a second Content-Length'],
-    [main::entry(fp => $fp, record => IdemTest::record(200,
+    [main::entry(%k, record => IdemTest::record(200,
          [['Bad Name', 'x']], 'poisoned')),
      'a header name that is not a token'],
-    [main::entry(fp => $fp, record => IdemTest::record(999, [], 'poisoned')),
+    [main::entry(%k, record => IdemTest::record(999, [], 'poisoned')),
      'a status of 999'],
 );
 for my $b (@bad) {
@@ -323,9 +339,7 @@ for my $b (@bad) {
     is(http_req(key => 't210-7', body => 'x')->{tier}, 'redis',
        "$b->[1]: the MySQL replay wrote a good entry over it");
 }
-# a good entry made permanent (SET without EX, PERSIST) is not the
-# module's: a miss
-my $good = redis_cmd($port, 'GET', $key);
+# the module's own entry made permanent (SET without EX, PERSIST): a miss
 redis_cmd($port, 'SET', $key, $good);
 my $r = http_req(key => 't210-7', body => 'x');
 is($r->{tier}, 'mysql', 'an entry without expiry: MySQL replays');
@@ -334,8 +348,17 @@ redis_cmd($port, 'RPUSH', $key, 'a list');
 $r = http_req(key => 't210-7', body => 'x');
 is($r->{tier}, 'mysql', 'a list under the key: MySQL replays');
 redis_cmd($port, 'DEL', $key);
-# the block: an entry of another format version
-redis_cmd($port, 'SET', $key, main::entry(version => 2, record => $rec, fp => $fp));
+# one line for all of them, the first: at most one a minute per worker
+my $log = $Test::Nginx::Util::ErrLogFile // $Test::Nginx::Socket::ErrLogFile;
+open my $fh, '<', $log or die "$log: $!";
+my $id = IdemStress::key_id('t210-7');
+my @lines = grep { /value of key $id ignored/ } <$fh>;
+is(scalar @lines, 1, 'one error-log line for all of them');
+like($lines[0] // '', qr/\[warn\].*redis=127\.0\.0\.1:\d+: value of key $id ignored: not signed with this store's secret for this key \(7 bytes\); 0 more ignored since the last such line/,
+     'it names the first, by the key hash');
+# the block: an entry of another format version, signed, within the minute
+redis_cmd($port, 'SET', $key,
+          main::entry(%k, version => 2, record => $rec));
 --- more_headers
 Idempotency-Key: t210-7
 --- request
@@ -346,9 +369,8 @@ x
 X-Idem: replay
 X-Tier: mysql
 --- response_body_like: "execution":1,
---- error_log eval
-qr/\[warn\].*redis=127\.0\.0\.1:\d+: value of key "t210-7" is an entry of another format version \(\d+ bytes\), ignored/
 --- no_error_log
+an entry of another format version
 [error]
 
 
@@ -402,7 +424,8 @@ TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT} "
 --- init
 my $rec = IdemTest::record(200, [['Content-Type', 'text/plain']], "seeded\n");
 redis_cmd($ENV{TEST_NGINX_REDIS_PORT}, 'SET', redis_key('main', '', 't210-9'),
-          main::entry(record => $rec, fp => fingerprint('POST', '/orders', 'x')),
+          main::entry(key => 't210-9', record => $rec,
+                      fp => fingerprint('POST', '/orders', 'x')),
           'EX', '600');
 --- more_headers
 Idempotency-Key: t210-9
@@ -771,3 +794,142 @@ TierTest::tier_stores(main => 'redis=[::1]:6379')
 --- must_die
 --- error_log
 "redis=[::1]:6379" of "idempotency_store" has no IPv4 address; use IPv4 or a unix socket
+
+
+
+=== TEST 22: secret rotation: entries signed with the new or an old secret are replayed, new entries are signed with the first
+--- http_config eval
+TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}"
+    . " secret=t210-new-secret-0123456789 secret_file=../html/old.secret")
+--- user_files
+>>> old.secret
+t210-old-secret-0123456789
+--- config
+    location /orders {
+        idempotency main;
+        proxy_pass http://backend;
+        add_header X-Tier $idempotency_tier always;
+    }
+--- init
+my $port = $ENV{TEST_NGINX_REDIS_PORT};
+my $fp = fingerprint('POST', '/orders', 'x');
+my %n = (new => 't210-new-secret-0123456789',
+         old => 't210-old-secret-0123456789',
+         other => 't210-other-secret-012345');
+for my $s (qw(new old other)) {
+    my $rec = IdemTest::record(202, [['Content-Type', 'text/plain']],
+                               "signed with $s\n");
+    redis_cmd($port, 'SET', redis_key('main', '', "t210-22-$s"),
+              main::entry(key => "t210-22-$s", fp => $fp, record => $rec,
+                          secret => $n{$s}),
+              'EX', '600');
+}
+my $r = http_req(key => 't210-22-new', body => 'x');
+is("$r->{status} $r->{tier} $r->{body}", "202 redis signed with new\n",
+   'the new secret: replayed');
+$r = http_req(key => 't210-22-old', body => 'x');
+is("$r->{status} $r->{tier} $r->{body}", "202 redis signed with old\n",
+   'an old secret: replayed');
+$r = http_req(key => 't210-22-other', body => 'x');
+is("$r->{status} $r->{tier}", '201 mysql', 'another secret: a miss, executed');
+# what the module writes carries the first secret's tag
+$r = http_req(key => 't210-22-w', body => 'x');
+is($r->{status}, 201, 'executed');
+Time::HiRes::sleep(0.2);
+my $v = redis_cmd($port, 'GET', redis_key('main', '', 't210-22-w'));
+my $entry = substr($v, 0, -32);
+is(unpack('H*', substr($v, -32)),
+   unpack('H*', substr(TierTest::signed('', 't210-22-w', $entry, $n{new}),
+                       -32)),
+   'the entry written is signed with the first secret');
+--- more_headers
+Idempotency-Key: t210-22-w
+--- request
+POST /orders
+x
+--- error_code: 201
+--- response_headers
+X-Tier: redis
+--- no_error_log
+[error]
+
+
+
+=== TEST 23: redis_max_entry: a larger value is a miss, never read whole; a larger entry is not written
+--- http_config eval
+TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}"
+                              . " redis_max_entry=4k")
+--- config
+    location /orders {
+        idempotency main;
+        proxy_pass http://backend;
+        add_header X-Tier $idempotency_tier always;
+    }
+--- init
+my $port = $ENV{TEST_NGINX_REDIS_PORT};
+my $rec = IdemTest::record(202, [], 'x' x 8000);
+redis_cmd($port, 'SET', redis_key('main', '', 't210-23'),
+          main::entry(key => 't210-23', record => $rec,
+                      fp => fingerprint('POST', '/orders', 'x')),
+          'EX', '600');
+my $r = http_req(key => 't210-23', body => 'x');
+is("$r->{status} $r->{tier}", '201 mysql', 'an 8 KB entry: a miss, executed');
+$r = http_req(key => 't210-23-big', uri => '/orders?size=6000', body => 'x');
+is($r->{status}, 201, 'a 6 KB response executed');
+$r = http_req(key => 't210-23-small', uri => '/orders?size=100', body => 'x');
+is($r->{status}, 201, 'a 100-byte response executed');
+Time::HiRes::sleep(0.2);
+is(redis_cmd($port, 'EXISTS', redis_key('main', '', 't210-23-big')), 0,
+   'the 6 KB entry is not in Redis');
+is(redis_cmd($port, 'EXISTS', redis_key('main', '', 't210-23-small')), 1,
+   'the 100-byte entry is');
+--- more_headers
+Idempotency-Key: t210-23-big
+--- request
+POST /orders?size=6000
+x
+--- error_code: 201
+--- response_headers
+X-Tier: mysql
+--- error_log eval
+qr/value of key ${\ IdemStress::key_id('t210-23')} ignored: over redis_max_entry \(4097 bytes\)/
+--- no_error_log
+[error]
+
+
+
+=== TEST 24: Redis without a secret
+--- http_config eval
+"idempotency_store main mysql=127.0.0.1:1 user=u database=d"
+. " redis=127.0.0.1:6379;"
+--- config
+    location /t { idempotency main; }
+--- must_die
+--- error_log
+idempotency store "main" has "redis=" but no "secret=" or "secret_file=" to sign its entries with
+
+
+
+=== TEST 25: a short secret, never echoed
+--- http_config eval
+"idempotency_store main mysql=127.0.0.1:1 user=u database=d"
+. " redis=127.0.0.1:6379 secret=sekrit-t210;"
+--- config
+    location /t { idempotency main; }
+--- must_die
+--- error_log
+idempotency store "main": a secret must be at least 16 bytes long
+--- no_error_log
+sekrit-t210
+
+
+
+=== TEST 26: a secret without Redis
+--- http_config eval
+"idempotency_store main mysql=127.0.0.1:1 user=u database=d"
+. " secret=t210-secret-0123456789;"
+--- config
+    location /t { idempotency main; }
+--- must_die
+--- error_log
+idempotency store "main" has a secret but no "redis=" server

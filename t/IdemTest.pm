@@ -65,8 +65,7 @@ sub port {
 sub key_hash {
     my ($scope, $key) = @_;
 
-    return sha256_hex('idempotency-key/1' . pack('N', length $scope)
-                      . $scope . $key);
+    return IdemStress::key_hash_hex($key, $scope);
 }
 
 sub fingerprint {

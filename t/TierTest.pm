@@ -11,6 +11,7 @@ use warnings;
 use Exporter ();
 our @ISA = ('Exporter');
 
+use Digest::SHA ();
 use File::Temp ();
 use IO::Select;
 use IO::Socket::INET;
@@ -171,6 +172,18 @@ sub _redis_reply {
     die "redis: unexpected reply \"$line\"\n";
 }
 
+# the secret tier_stores gives every store with Redis
+our $SECRET = 'tier-test-secret-0123456789';
+
+# an entry as the module writes it to Redis: followed by its HMAC-SHA256
+# over the key hash and the entry (ngx_http_idempotency_entry.h)
+sub signed {
+    my ($scope, $key, $entry, $secret) = @_;
+    return $entry . Digest::SHA::hmac_sha256(
+        pack('H64', IdemTest::key_hash($scope, $key)) . $entry,
+        $secret // $SECRET);
+}
+
 # the key the module uses for a (scope, key) of a store
 sub redis_key {
     my ($store, $scope, $key) = @_;
@@ -269,6 +282,9 @@ sub tier_stores {
         {
             $extra .= ' redis_timeout=5s';
         }
+
+        $extra .= " secret=$SECRET"
+            if $extra =~ /\bredis=/ && $extra !~ /\bsecret(_file)?=/;
 
         $out .= "idempotency_store $name"
               . " mysql=127.0.0.1:$ENV{TEST_NGINX_MYSQL_PORT}"

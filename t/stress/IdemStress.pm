@@ -31,7 +31,7 @@ use Socket qw(PF_INET SOCK_STREAM SOL_SOCKET SO_ERROR SO_LINGER
 use Time::HiRes qw(time sleep);
 
 our @EXPORT = qw(port http_many http_one backend_count wait_for request_for
-                 pct_encode key_hash_hex store_line summarize_burst
+                 pct_encode key_hash_hex key_id store_line summarize_burst
                  $ROOT $BUILD $BACKEND_PORT $MODULE $NGINX);
 
 our $ROOT = abs_path(dirname(__FILE__) . '/../..');
@@ -92,6 +92,12 @@ sub key_hash_hex {
     $scope //= '';
     return sha256_hex('idempotency-key/1' . pack('N', length $scope)
                       . $scope . $key);
+}
+
+# how the error log names a key: the first 8 hex digits of its hash
+sub key_id {
+    my ($key, $scope) = @_;
+    return substr(key_hash_hex($key, $scope), 0, 8);
 }
 
 # the idempotency_store line for a MariaDB on 127.0.0.1:$port
