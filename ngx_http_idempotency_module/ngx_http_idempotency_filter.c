@@ -54,10 +54,15 @@ static void ngx_http_idempotency_send_kept_handler(ngx_event_t *ev);
 static void ngx_http_idempotency_client_gone(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_chain_t *in);
 static void ngx_http_idempotency_consume(ngx_chain_t *in);
+static ngx_int_t ngx_http_idempotency_charge(ngx_http_idempotency_ctx_t *ctx,
+    size_t n);
+static void ngx_http_idempotency_uncharge(void *data);
 
 
 static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
 static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
+
+static size_t  ngx_http_idempotency_charged;
 
 
 ngx_int_t
@@ -78,6 +83,7 @@ ngx_http_idempotency_header_filter(ngx_http_request_t *r)
 {
     ngx_int_t                         rc;
     ngx_uint_t                        status;
+    ngx_pool_cleanup_t               *cln;
     ngx_http_idempotency_ctx_t       *ctx;
     ngx_http_idempotency_loc_conf_t  *ilcf;
 
@@ -114,6 +120,19 @@ ngx_http_idempotency_header_filter(ngx_http_request_t *r)
         ngx_http_idempotency_release(ctx, "no memory");
         return ngx_http_next_header_filter(r);
     }
+
+    /* what the capture charges is given back with its pool, by whoever
+     * owns it then (the request, or the completion job) */
+
+    cln = ngx_pool_cleanup_add(ctx->capture, sizeof(size_t));
+    if (cln == NULL) {
+        ngx_http_idempotency_release(ctx, "no memory");
+        return ngx_http_next_header_filter(r);
+    }
+
+    ctx->charged = cln->data;
+    *ctx->charged = 0;
+    cln->handler = ngx_http_idempotency_uncharge;
 
     rc = ngx_http_idempotency_record_head(r, ctx->capture, ilcf->skip_headers,
                                           &ctx->head);
@@ -257,6 +276,47 @@ ngx_http_idempotency_capture_chain(ngx_http_idempotency_ctx_t *ctx,
 }
 
 
+/*
+ * The memory of responses being captured and stored, per worker: a
+ * captured byte counts three times, for its copy and for the two hex
+ * digits it becomes in the completion statement.  At the limit a
+ * response is still sent in full, and recorded as executed, not stored.
+ */
+
+static ngx_int_t
+ngx_http_idempotency_charge(ngx_http_idempotency_ctx_t *ctx, size_t n)
+{
+    ngx_http_idempotency_main_conf_t  *imcf;
+
+    imcf = ngx_http_get_module_main_conf(ctx->request,
+                                         ngx_http_idempotency_module);
+
+    if (ngx_http_idempotency_charged + 3 * n > imcf->capture_memory) {
+        ngx_log_error(NGX_LOG_WARN, ctx->request->connection->log, 0,
+                      "idempotency: response of key %V not stored: the "
+                      "responses being stored by this worker hold %uz of "
+                      "idempotency_capture_memory %uz",
+                      &ctx->key_id, ngx_http_idempotency_charged,
+                      imcf->capture_memory);
+        return NGX_DECLINED;
+    }
+
+    ngx_http_idempotency_charged += 3 * n;
+    *ctx->charged += 3 * n;
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_idempotency_uncharge(void *data)
+{
+    size_t  *charged = data;
+
+    ngx_http_idempotency_charged -= *charged;
+}
+
+
 static ngx_int_t
 ngx_http_idempotency_capture(ngx_http_idempotency_ctx_t *ctx, u_char *data,
     size_t size)
@@ -294,8 +354,16 @@ ngx_http_idempotency_capture(ngx_http_idempotency_ctx_t *ctx, u_char *data,
         if (cl == NULL || cl->buf->end == cl->buf->last) {
             n = ngx_max(size, 16384);
             n = ngx_min(n, ctx->conf->max_response_size + 1);
+            n = ngx_max(n, size);
 
-            b = ngx_create_temp_buf(ctx->capture, ngx_max(n, size));
+            if (ngx_http_idempotency_charge(ctx, n) != NGX_OK) {
+                ctx->too_large = 1;
+                ctx->body = NULL;
+                ctx->tail = NULL;
+                return NGX_OK;
+            }
+
+            b = ngx_create_temp_buf(ctx->capture, n);
             if (b == NULL) {
                 return NGX_ERROR;
             }

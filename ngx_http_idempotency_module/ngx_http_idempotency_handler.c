@@ -697,14 +697,17 @@ ngx_http_idempotency_hold(ngx_http_request_t *r,
                                       : 25;
     delay = ngx_min(ctx->poll_delay, ctx->wait_until - ngx_current_msec);
 
-    ctx->phase = NGX_HTTP_IDEMPOTENCY_PH_WAIT;
-    ctx->tries = 0;
-    ctx->lost = 0;
     ctx->wait_ev.handler = ngx_http_idempotency_wait_handler;
     ctx->wait_ev.data = ctx;
     ctx->wait_ev.log = r->connection->log;
 
-    ngx_http_idempotency_tier_hold(ctx, delay);
+    if (ngx_http_idempotency_tier_hold(ctx, delay) != NGX_OK) {
+        return NGX_DECLINED;
+    }
+
+    ctx->phase = NGX_HTTP_IDEMPOTENCY_PH_WAIT;
+    ctx->tries = 0;
+    ctx->lost = 0;
 
     return NGX_AGAIN;
 }

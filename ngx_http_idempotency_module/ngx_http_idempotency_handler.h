@@ -71,6 +71,7 @@ typedef struct {
 
     /* capture of the response, in memory the module owns */
     ngx_pool_t                        *capture;
+    size_t                            *charged;   /* in its cleanup */
     ngx_str_t                          head;
     ngx_chain_t                       *body;
     ngx_chain_t                       *tail;

@@ -63,7 +63,10 @@ static ngx_int_t ngx_http_idempotency_key_variable(ngx_http_request_t *r,
 static ngx_int_t ngx_http_idempotency_tier_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
 
+static char *ngx_http_idempotency_check_capture_memory(ngx_conf_t *cf,
+    void *post, void *data);
 static void *ngx_http_idempotency_create_main_conf(ngx_conf_t *cf);
+static char *ngx_http_idempotency_init_main_conf(ngx_conf_t *cf, void *conf);
 static void *ngx_http_idempotency_create_loc_conf(ngx_conf_t *cf);
 static ngx_int_t ngx_http_idempotency_check_lease(ngx_log_t *log,
     ngx_http_idempotency_store_t *store, ngx_msec_t lease);
@@ -73,6 +76,14 @@ static char *ngx_http_idempotency_merge_loc_conf(ngx_conf_t *cf,
 static ngx_int_t ngx_http_idempotency_init(ngx_conf_t *cf);
 static ngx_int_t ngx_http_idempotency_init_process(ngx_cycle_t *cycle);
 static void ngx_http_idempotency_exit_process(ngx_cycle_t *cycle);
+
+
+static ngx_conf_post_handler_pt  ngx_http_idempotency_capture_memory_bounds =
+    ngx_http_idempotency_check_capture_memory;
+
+static ngx_conf_num_bounds_t  ngx_http_idempotency_max_held_bounds = {
+    ngx_conf_check_num_bounds, 0, 1000000
+};
 
 
 static ngx_command_t  ngx_http_idempotency_commands[] = {
@@ -175,6 +186,20 @@ static ngx_command_t  ngx_http_idempotency_commands[] = {
       offsetof(ngx_http_idempotency_loc_conf_t, on_store_error),
       NULL },
 
+    { ngx_string("idempotency_capture_memory"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_idempotency_main_conf_t, capture_memory),
+      &ngx_http_idempotency_capture_memory_bounds },
+
+    { ngx_string("idempotency_max_held"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_idempotency_main_conf_t, max_held),
+      &ngx_http_idempotency_max_held_bounds },
+
       ngx_null_command
 };
 
@@ -184,7 +209,7 @@ static ngx_http_module_t  ngx_http_idempotency_module_ctx = {
     ngx_http_idempotency_init,             /* postconfiguration */
 
     ngx_http_idempotency_create_main_conf, /* create main configuration */
-    NULL,                                  /* init main configuration */
+    ngx_http_idempotency_init_main_conf,   /* init main configuration */
 
     NULL,                                  /* create server configuration */
     NULL,                                  /* merge server configuration */
@@ -1454,9 +1479,38 @@ ngx_http_idempotency_merge_loc_conf(ngx_conf_t *cf, void *parent,
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "\"idempotency_lease\" (%Mms) must be shorter "
                            "than \"idempotency_ttl\" (%Ts)",
+    imcf->capture_memory = NGX_CONF_UNSET_SIZE;
+    imcf->max_held = NGX_CONF_UNSET_UINT;
+
                            conf->lease, conf->ttl);
         return NGX_CONF_ERROR;
     }
+
+static char *
+ngx_http_idempotency_init_main_conf(ngx_conf_t *cf, void *conf)
+{
+    ngx_http_idempotency_main_conf_t  *imcf = conf;
+
+    ngx_conf_init_size_value(imcf->capture_memory, 128 * 1024 * 1024);
+    ngx_conf_init_uint_value(imcf->max_held, 1024);
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_idempotency_check_capture_memory(ngx_conf_t *cf, void *post,
+    void *data)
+{
+    size_t  *sp = data;
+
+    if (*sp < 64 * 1024) {
+        return "must be at least 64k";
+    }
+
+    return NGX_CONF_OK;
+}
+
 
     /* checked against the store's query_timeout in postconfiguration:
      * the store may be defined after this location */

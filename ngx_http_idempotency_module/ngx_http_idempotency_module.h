@@ -102,6 +102,8 @@ typedef struct {
     ngx_str_t                       header;
     ngx_flag_t                      required;
     ngx_http_complex_value_t       *scope;
+    size_t                          capture_memory;  /* per worker */
+    ngx_uint_t                      max_held;        /* per worker */
     ngx_flag_t                      fingerprint;
     time_t                          ttl;
     ngx_msec_t                      lease;

@@ -26,7 +26,8 @@ static u_char *ngx_http_idempotency_hex(u_char *p, u_char *src, size_t len);
  * (the owner died).  @idem_take is computed in the
  * first assignment, from the row as it was, and the others reuse it.
  * The SELECT then tells the caller who holds the key and, for a
- * completed key, returns the stored response.  When the INSERT made a
+ * completed key with the same fingerprint, returns the stored response
+ * (a mismatch is answered 422 without reading it).  When the INSERT made a
  * new row (ROW_COUNT() is 1), the caller holds it and knows all the
  * SELECT would say: the condition is constant, so MariaDB answers with
  * an empty result without reading the table.
@@ -52,7 +53,8 @@ static const char  ngx_http_idempotency_claim_sql[] =
     "response = IF(@idem_take, NULL, response); "
     "SELECT state, owner = %s, %s, "
     "GREATEST(TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(3), expires_at), 0), "
-    "@idem_take, status, response FROM `%V` WHERE key_hash = %s "
+    "@idem_take, status, IF(%s, response, NULL) FROM `%V` "
+    "WHERE key_hash = %s "
     "AND ROW_COUNT() <> 1";
 
 
@@ -90,7 +92,7 @@ ngx_http_idempotency_sql_claim(ngx_http_idempotency_shard_t *shard,
     }
 
     size = sizeof(ngx_http_idempotency_claim_sql) + 2 * table->len
-           + 4 * sizeof(kh) + 2 * sizeof(ow) + 2 * sizeof(fpeq)
+           + 4 * sizeof(kh) + 2 * sizeof(ow) + 3 * sizeof(fpeq)
            + sizeof(fp) + 2 * NGX_INT64_LEN;
 
     op = ngx_http_idempotency_op_create(shard, log, size);
@@ -101,7 +103,7 @@ ngx_http_idempotency_sql_claim(ngx_http_idempotency_shard_t *shard,
     op->name = "claim";
     op->sql.len = ngx_sprintf(op->sql.data, ngx_http_idempotency_claim_sql,
                               table, kh, ow, fp, cl->lease, cl->ttl,
-                              fpeq, ow, fpeq, table, kh)
+                              fpeq, ow, fpeq, fpeq, table, kh)
                   - op->sql.data;
 
     return op;

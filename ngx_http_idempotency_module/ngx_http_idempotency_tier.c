@@ -40,6 +40,7 @@ static void ngx_http_idempotency_tier_unhold(
 
 static ngx_queue_t  ngx_http_idempotency_waiters[NGX_HTTP_IDEMPOTENCY_WAITERS];
 static ngx_uint_t   ngx_http_idempotency_waiters_ready;
+static ngx_uint_t   ngx_http_idempotency_held_n;
 
 
 ngx_int_t
@@ -482,11 +483,15 @@ ngx_http_idempotency_tier_put(ngx_http_idempotency_store_t *store,
 }
 
 
-void
+ngx_int_t
 ngx_http_idempotency_tier_hold(ngx_http_idempotency_ctx_t *ctx,
     ngx_msec_t delay)
 {
-    ngx_uint_t  i;
+    time_t                             now;
+    ngx_uint_t                         i;
+    ngx_http_idempotency_main_conf_t  *imcf;
+
+    static time_t                      logged;
 
     if (!ngx_http_idempotency_waiters_ready) {
         for (i = 0; i < NGX_HTTP_IDEMPOTENCY_WAITERS; i++) {
@@ -497,9 +502,29 @@ ngx_http_idempotency_tier_hold(ngx_http_idempotency_ctx_t *ctx,
     }
 
     if (!ctx->held) {
+        imcf = ngx_http_get_module_main_conf(ctx->request,
+                                             ngx_http_idempotency_module);
+
+        /* each held duplicate is a connection and a timer: bounded */
+
+        if (ngx_http_idempotency_held_n >= imcf->max_held) {
+            now = ngx_time();
+
+            if (now - logged >= 60) {
+                ngx_log_error(NGX_LOG_WARN, ctx->request->connection->log, 0,
+                              "idempotency: %ui duplicates held, the "
+                              "idempotency_max_held of this worker: more "
+                              "get 409 at once", imcf->max_held);
+                logged = now;
+            }
+
+            return NGX_DECLINED;
+        }
+
         ngx_queue_insert_tail(&ngx_http_idempotency_waiters[ctx->key_hash[0]],
                               &ctx->waiter);
         ctx->held = 1;
+        ngx_http_idempotency_held_n++;
     }
 
     ctx->poll_at = ngx_current_msec + delay;
@@ -511,6 +536,8 @@ ngx_http_idempotency_tier_hold(ngx_http_idempotency_ctx_t *ctx,
     }
 
     ngx_add_timer(&ctx->wait_ev, delay);
+
+    return NGX_OK;
 }
 
 
@@ -613,5 +640,6 @@ ngx_http_idempotency_tier_unhold(ngx_http_idempotency_ctx_t *ctx)
     if (ctx->held) {
         ngx_queue_remove(&ctx->waiter);
         ctx->held = 0;
+        ngx_http_idempotency_held_n--;
     }
 }

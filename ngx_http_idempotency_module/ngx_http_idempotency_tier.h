@@ -44,8 +44,12 @@ void ngx_http_idempotency_tier_put(ngx_http_idempotency_store_t *store,
     u_char *key_hash, ngx_uint_t flags, u_char *fingerprint, time_t expires,
     ngx_chain_t *record, size_t len);
 
-/* a held duplicate: next poll of MySQL in delay ms; arms ctx->wait_ev */
-void ngx_http_idempotency_tier_hold(ngx_http_idempotency_ctx_t *ctx,
+/*
+ * A held duplicate: next poll of MySQL in delay ms; arms ctx->wait_ev.
+ * NGX_DECLINED, and nothing armed, when the worker already holds
+ * idempotency_max_held others.
+ */
+ngx_int_t ngx_http_idempotency_tier_hold(ngx_http_idempotency_ctx_t *ctx,
     ngx_msec_t delay);
 
 /*

@@ -1,0 +1,169 @@
+# Bounded work per client.  A request whose fingerprint differs from the
+# stored one is answered 422 without the stored response leaving MySQL.
+# Held duplicates are capped per worker (idempotency_max_held): beyond
+# the cap a duplicate of a key in progress gets 409 at once, and the held
+# ones still get the replay.  The memory of responses being captured is
+# capped per worker (idempotency_capture_memory): a response that would
+# pass the cap is still sent in full, recorded as executed, not stored
+# (410 to its retries), while the capture that fits is stored.
+
+use strict;
+use warnings;
+
+use Test::More;
+use POSIX ();
+use Time::HiRes qw(time sleep);
+
+use lib 't/stress';
+use IdemStress;
+
+plan skip_all => "TEST_NGINX_BACKEND_PORT is not set: run with 'make test'"
+    unless $ENV{TEST_NGINX_BACKEND_PORT} && $ENV{TEST_NGINX_MYSQL_SOCKET};
+
+$SIG{INT} = $SIG{TERM} = sub { exit 1 };
+IdemStress::lock_dir();
+
+my $P = port(185);
+my $tag = "b$$-" . int(time);
+my $ngx;
+
+END { $ngx->stop if $ngx }
+
+sub bytes_sent {
+    my $out = `mariadb --no-defaults --batch --skip-column-names --protocol=socket --socket='$ENV{TEST_NGINX_MYSQL_SOCKET}' -u root -e "SHOW GLOBAL STATUS LIKE 'Bytes_sent'"`;
+    die "mariadb failed\n" if $?;
+    return (split /\s+/, $out)[1];
+}
+
+$ngx = IdemStress::Nginx->start(name => 'bounded', port => $P,
+    workers => 1,
+    http => store_line('main', $ENV{TEST_NGINX_MYSQL_PORT}, pool => 8)
+          . <<"HTTP");
+    upstream backend { server 127.0.0.1:$BACKEND_PORT; }
+
+    idempotency_max_held 2;
+    idempotency_capture_memory 1m;
+
+    server {
+        listen 127.0.0.1:$P;
+
+        location /orders {
+            idempotency main;
+            idempotency_wait 10s;
+            proxy_pass http://backend;
+            add_header X-Idem \$idempotency_status always;
+        }
+    }
+HTTP
+
+sub post {
+    my ($uri, $key, $body) = @_;
+    return http_one(port => $P, method => 'POST', uri => $uri, key => $key,
+                    body => $body // 'x', timeout => 30);
+}
+
+sub st { my ($r) = @_; return ($r->{status} // 0) . ' '
+         . (IdemStress::hdr($r, 'X-Idem') // '-') }
+
+# a request in a child; the returned code waits for it and gives status,
+# X-Idem and the body's length
+sub bg {
+    my (%q) = @_;
+    my $file = "$IdemStress::DIR/bounded-bg-$$-" . int(rand 1e9);
+    my $pid = fork // die "fork: $!";
+    if ($pid == 0) {
+        my $r = http_one(%q, port => $P, method => 'POST', timeout => 30);
+        IdemStress::write_file($file, join "\n", st($r),
+                               length($r->{body} // ''));
+        POSIX::_exit(0);
+    }
+    return sub {
+        waitpid $pid, 0;
+        my ($st, $len) = split /\n/, IdemStress::read_file($file);
+        unlink $file;
+        return { st => $st, len => $len };
+    };
+}
+
+# ---------------------------------------------------------------- 422
+{
+    my $key = "$tag-fp";
+    my $r = post('/orders?size=300000', $key);
+    is(st($r), '201 new', 'a 300 KB response stored');
+    sleep 0.2;
+
+    my $before = bytes_sent();
+    for (1 .. 5) {
+        is(st(post('/orders?size=300000', $key, 'other body')),
+           '422 mismatch', "mismatch $_: 422");
+    }
+    my $mismatch = bytes_sent() - $before;
+    cmp_ok($mismatch, '<', 100_000,
+           "5 mismatches: the response never left MySQL ($mismatch bytes)");
+
+    $before = bytes_sent();
+    $r = post('/orders?size=300000', $key);
+    is(st($r), '201 replay', 'the matching retry is replayed');
+    is(length $r->{body}, 300000, '... in full');
+    my $replay = bytes_sent() - $before;
+    cmp_ok($replay, '>', 300_000,
+           "and that one read it ($replay bytes): the count sees responses");
+}
+
+# ---------------------------------------------------------- max_held
+{
+    my $key = "$tag-held";
+    my $first = bg(key => $key, body => 'x', uri => '/orders?delay=2000');
+    sleep 0.5;
+    # the duplicates arrive while the first is upstream
+    my @dup = http_many([map { { port => $P, method => 'POST', key => $key,
+                                 body => 'x', uri => '/orders?delay=2000' } }
+                         1 .. 5], timeout => 30);
+    is($first->()->{st}, '201 new', 'the first: executed');
+
+    my %by;
+    $by{st($_)}++ for @dup;
+    is($by{'201 replay'} // 0, 2, 'two duplicates held, then replayed');
+    is($by{'409 conflict'} // 0, 3, 'three beyond the cap: 409');
+    my @fast = grep { st($_) eq '409 conflict' && $_->{time} < 1 } @dup;
+    is(scalar @fast, 3, '... at once');
+    is(backend_count($key), 1, 'executed once');
+    like($ngx->error_log, qr/\[warn\].*idempotency: 2 duplicates held, the idempotency_max_held of this worker: more get 409 at once/,
+         'the error log says so, once');
+}
+
+# --------------------------------------------------- capture_memory
+{
+    # 300 KB counts 900 KB of the 1 MB: one fits, two at once do not
+    my ($ka, $kb) = ("$tag-mem-a", "$tag-mem-b");
+    my $a = bg(key => $ka, body => 'x',
+               uri => '/orders?size=300000&slow_body=1500');
+    sleep 0.5;
+    my $b = post('/orders?size=300000', $kb);
+    is(st($b), '201 new', 'the second at once: the client gets it');
+    is(length $b->{body}, 300000, '... in full');
+    my $ra = $a->();
+    is($ra->{st}, '201 new', 'the slow one: the client gets it');
+    is($ra->{len}, 300000, '... in full');
+    sleep 0.2;
+
+    my $r = post('/orders?size=300000&slow_body=1500', $ka);
+    is(st($r), '201 replay', 'the one that fitted is replayed');
+    is(length $r->{body}, 300000, '... in full');
+    is(st(post('/orders?size=300000', $kb)), '410 unstored',
+       'the one over the cap: 410 to its retry');
+    is(backend_count($ka) + backend_count($kb), 2, 'each executed once');
+    like($ngx->error_log, qr/\[warn\].*response of key ${\ key_id($kb)} not stored: the responses being stored by this worker hold \d+ of idempotency_capture_memory 1048576/,
+         'the error log names the key and the cap');
+
+    # all of it was given back: a response of 300 KB is stored again
+    my $kc = "$tag-mem-c";
+    post('/orders?size=300000', $kc);
+    sleep 0.2;
+    is(st(post('/orders?size=300000', $kc)), '201 replay',
+       'the memory was given back: the next one is stored');
+}
+
+unlike($ngx->error_log, qr/\[(alert|crit|emerg)\]/, 'no alert in the log');
+
+done_testing();
