@@ -42,6 +42,7 @@ typedef struct {
 
 static ngx_int_t ngx_http_idempotency_start(ngx_http_request_t *r,
     ngx_http_idempotency_loc_conf_t *ilcf);
+static void ngx_http_idempotency_hash_handler(ngx_event_t *ev);
 static void ngx_http_idempotency_body_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_idempotency_claim(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx);
@@ -259,6 +260,7 @@ ngx_http_idempotency_start(ngx_http_request_t *r,
 static void
 ngx_http_idempotency_body_handler(ngx_http_request_t *r)
 {
+    ngx_int_t                    rc;
     ngx_http_idempotency_ctx_t  *ctx;
 
     ctx = ngx_http_idempotency_get_ctx(r);
@@ -269,13 +271,44 @@ ngx_http_idempotency_body_handler(ngx_http_request_t *r)
         return;
     }
 
-    if (ngx_http_idempotency_fingerprint(r, ctx->fingerprint) != NGX_OK
-        || ngx_http_idempotency_claim(r, ctx) != NGX_OK)
-    {
+    rc = ngx_http_idempotency_fingerprint(r, &ctx->fp, ctx->fingerprint);
+
+    if (rc == NGX_AGAIN) {
+
+        /* the next slice of a temp file after the events that are ready
+         * now: other connections are served in between */
+
+        ctx->hash_ev.handler = ngx_http_idempotency_hash_handler;
+        ctx->hash_ev.data = ctx;
+        ctx->hash_ev.log = r->connection->log;
+
+        ngx_post_event(&ctx->hash_ev, &ngx_posted_next_events);
+        return;
+    }
+
+    if (rc != NGX_OK || ngx_http_idempotency_claim(r, ctx) != NGX_OK) {
         ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_ERROR,
                                      NGX_HTTP_IDEMPOTENCY_ERROR);
         ngx_http_idempotency_resume(r);
     }
+}
+
+
+static void
+ngx_http_idempotency_hash_handler(ngx_event_t *ev)
+{
+    ngx_connection_t            *c;
+    ngx_http_request_t          *r;
+    ngx_http_idempotency_ctx_t  *ctx;
+
+    ctx = ev->data;
+    r = ctx->request;
+    c = r->connection;
+
+    ngx_http_set_log_request(c->log, r);
+
+    ngx_http_idempotency_body_handler(r);
+    ngx_http_run_posted_requests(c);
 }
 
 
@@ -1115,6 +1148,10 @@ ngx_http_idempotency_cleanup(void *data)
 
     if (ctx->resume_ev.posted) {
         ngx_delete_posted_event(&ctx->resume_ev);
+    }
+
+    if (ctx->hash_ev.posted) {
+        ngx_delete_posted_event(&ctx->hash_ev);
     }
 
     /* a Redis lookup in flight, the waiter list, a posted wakeup */

@@ -16,6 +16,7 @@
 #include "ngx_http_idempotency_entry.h"
 #include "ngx_http_idempotency_redis.h"
 #include "ngx_http_idempotency_lease.h"
+#include "ngx_http_idempotency_key.h"
 
 
 /* ctx->phase */
@@ -57,6 +58,8 @@ typedef struct {
     ngx_msec_t                         poll_delay;
     ngx_event_t                        wait_ev;
     ngx_event_t                        resume_ev;
+    ngx_event_t                        hash_ev;    /* next body slice */
+    ngx_http_idempotency_fp_t          fp;
 
     ngx_pool_t                        *replay_pool;
     ngx_http_idempotency_record_t      record;

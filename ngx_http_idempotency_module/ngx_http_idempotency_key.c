@@ -11,8 +11,14 @@
 
 
 static EVP_MD_CTX *ngx_http_idempotency_sha256(void);
+static const EVP_MD *ngx_http_idempotency_sha256_md(void);
+static void ngx_http_idempotency_fp_cleanup(void *data);
 static ngx_int_t ngx_http_idempotency_digest_body(EVP_MD_CTX *md,
-    ngx_http_request_t *r);
+    ngx_http_idempotency_fp_t *fp);
+
+
+/* a slice takes about a millisecond to read and hash */
+size_t  ngx_http_idempotency_hash_slice = 512 * 1024;
 
 
 /*
@@ -21,8 +27,8 @@ static ngx_int_t ngx_http_idempotency_digest_body(EVP_MD_CTX *md,
  * implementation from the provider on every call (name lookups, locks),
  * and a context made and freed per hash adds two allocations; together
  * they cost more than hashing the key itself.  A worker hashes one thing
- * at a time (the body's temp file is read synchronously), so one context
- * is enough.
+ * at a time in it (a body in a temp file, hashed across events, has a
+ * context of its own), so one context is enough.
  */
 
 static EVP_MD_CTX  *ngx_http_idempotency_md_ctx;
@@ -217,31 +223,112 @@ ngx_http_idempotency_key_hash(ngx_str_t *scope, ngx_str_t *key, u_char *out)
 
 
 ngx_int_t
-ngx_http_idempotency_fingerprint(ngx_http_request_t *r, u_char *out)
+ngx_http_idempotency_fingerprint(ngx_http_request_t *r,
+    ngx_http_idempotency_fp_t *fp, u_char *out)
 {
-    EVP_MD_CTX  *md;
+    ngx_int_t            rc;
+    EVP_MD_CTX          *md;
+    ngx_chain_t         *cl;
+    ngx_pool_cleanup_t  *cln;
 
-    md = ngx_http_idempotency_sha256();
+    md = fp->md;
+
     if (md == NULL) {
+        cl = r->request_body ? r->request_body->bufs : NULL;
+
+        for ( /* void */ ; cl; cl = cl->next) {
+            if (cl->buf->in_file && !ngx_buf_in_memory(cl->buf)) {
+                break;
+            }
+        }
+
+        if (cl) {
+            /* a temp file: a context of its own, kept across events */
+
+            cln = ngx_pool_cleanup_add(r->pool, 0);
+            if (cln == NULL) {
+                return NGX_ERROR;
+            }
+
+            md = EVP_MD_CTX_new();
+            if (md == NULL) {
+                return NGX_ERROR;
+            }
+
+            cln->handler = ngx_http_idempotency_fp_cleanup;
+            cln->data = fp;
+            fp->md = md;
+
+            if (EVP_DigestInit_ex(md, ngx_http_idempotency_sha256_md(), NULL)
+                != 1)
+            {
+                return NGX_ERROR;
+            }
+
+        } else {
+            /* in memory: done at once, with the process's context */
+
+            md = ngx_http_idempotency_sha256();
+            if (md == NULL) {
+                return NGX_ERROR;
+            }
+        }
+
+        /* method and URI end with a NUL, which neither may contain */
+
+        if (EVP_DigestUpdate(md, "idempotency-fp/1", 16) != 1
+            || EVP_DigestUpdate(md, r->method_name.data,
+                                r->method_name.len) != 1
+            || EVP_DigestUpdate(md, "", 1) != 1
+            || EVP_DigestUpdate(md, r->unparsed_uri.data,
+                                r->unparsed_uri.len) != 1
+            || EVP_DigestUpdate(md, "", 1) != 1)
+        {
+            return NGX_ERROR;
+        }
+
+        fp->cl = r->request_body ? r->request_body->bufs : NULL;
+        fp->offset = -1;
+    }
+
+    rc = ngx_http_idempotency_digest_body(md, fp);
+
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    if (EVP_DigestFinal_ex(md, out, NULL) != 1) {
         return NGX_ERROR;
     }
 
-    /* method and URI end with a NUL, which neither may contain */
+    return NGX_OK;
+}
 
-    if (EVP_DigestUpdate(md, "idempotency-fp/1", 16) == 1
-        && EVP_DigestUpdate(md, r->method_name.data, r->method_name.len)
-           == 1
-        && EVP_DigestUpdate(md, "", 1) == 1
-        && EVP_DigestUpdate(md, r->unparsed_uri.data, r->unparsed_uri.len)
-           == 1
-        && EVP_DigestUpdate(md, "", 1) == 1
-        && ngx_http_idempotency_digest_body(md, r) == NGX_OK
-        && EVP_DigestFinal_ex(md, out, NULL) == 1)
-    {
-        return NGX_OK;
+
+static void
+ngx_http_idempotency_fp_cleanup(void *data)
+{
+    ngx_http_idempotency_fp_t  *fp = data;
+
+    EVP_MD_CTX_free(fp->md);
+    fp->md = NULL;
+}
+
+
+/* the process's SHA-256 implementation, fetched once */
+
+static const EVP_MD *
+ngx_http_idempotency_sha256_md(void)
+{
+    if (ngx_http_idempotency_md == NULL) {
+#if (OPENSSL_VERSION_NUMBER >= 0x30000000L)
+        ngx_http_idempotency_md = EVP_MD_fetch(NULL, "SHA256", NULL);
+#else
+        ngx_http_idempotency_md = EVP_sha256();
+#endif
     }
 
-    return NGX_ERROR;
+    return ngx_http_idempotency_md;
 }
 
 
@@ -250,15 +337,11 @@ ngx_http_idempotency_fingerprint(ngx_http_request_t *r, u_char *out)
 static EVP_MD_CTX *
 ngx_http_idempotency_sha256(void)
 {
-    if (ngx_http_idempotency_md == NULL) {
-#if (OPENSSL_VERSION_NUMBER >= 0x30000000L)
-        ngx_http_idempotency_md = EVP_MD_fetch(NULL, "SHA256", NULL);
-#else
-        ngx_http_idempotency_md = EVP_sha256();
-#endif
-        if (ngx_http_idempotency_md == NULL) {
-            return NULL;
-        }
+    const EVP_MD  *md;
+
+    md = ngx_http_idempotency_sha256_md();
+    if (md == NULL) {
+        return NULL;
     }
 
     if (ngx_http_idempotency_md_ctx == NULL) {
@@ -268,10 +351,7 @@ ngx_http_idempotency_sha256(void)
         }
     }
 
-    if (EVP_DigestInit_ex(ngx_http_idempotency_md_ctx,
-                          ngx_http_idempotency_md, NULL)
-        != 1)
-    {
+    if (EVP_DigestInit_ex(ngx_http_idempotency_md_ctx, md, NULL) != 1) {
         return NULL;
     }
 
@@ -279,22 +359,26 @@ ngx_http_idempotency_sha256(void)
 }
 
 
+/*
+ * Hashes the body from fp->cl on: buffers in memory whole, a temp file up
+ * to ngx_http_idempotency_hash_slice bytes per call (NGX_AGAIN after
+ * that).  A local file read, as nginx's own modules do without aio.
+ */
+
 static ngx_int_t
-ngx_http_idempotency_digest_body(EVP_MD_CTX *md, ngx_http_request_t *r)
+ngx_http_idempotency_digest_body(EVP_MD_CTX *md,
+    ngx_http_idempotency_fp_t *fp)
 {
-    off_t         offset;
-    size_t        size;
-    ssize_t       n;
-    ngx_buf_t    *b;
-    ngx_chain_t  *cl;
-    u_char        buf[8192];
+    size_t       size, left;
+    ssize_t      n;
+    ngx_buf_t   *b;
 
-    if (r->request_body == NULL) {
-        return NGX_OK;
-    }
+    static u_char  buf[65536];
 
-    for (cl = r->request_body->bufs; cl; cl = cl->next) {
-        b = cl->buf;
+    left = ngx_http_idempotency_hash_slice;
+
+    for ( /* void */ ; fp->cl; fp->cl = fp->cl->next, fp->offset = -1) {
+        b = fp->cl->buf;
 
         if (ngx_buf_in_memory(b)) {
             if (EVP_DigestUpdate(md, b->pos, b->last - b->pos) != 1) {
@@ -308,14 +392,19 @@ ngx_http_idempotency_digest_body(EVP_MD_CTX *md, ngx_http_request_t *r)
             continue;
         }
 
-        /* a body spilled to a temp file: a local file read, as nginx's
-         * own modules do without aio */
+        if (fp->offset < 0) {
+            fp->offset = b->file_pos;
+        }
 
-        for (offset = b->file_pos; offset < b->file_last; offset += n) {
-            size = (size_t) ngx_min(b->file_last - offset,
-                                    (off_t) sizeof(buf));
+        while (fp->offset < b->file_last) {
+            if (left == 0) {
+                return NGX_AGAIN;
+            }
 
-            n = ngx_read_file(b->file, buf, size, offset);
+            size = (size_t) ngx_min(b->file_last - fp->offset,
+                                    (off_t) ngx_min(sizeof(buf), left));
+
+            n = ngx_read_file(b->file, buf, size, fp->offset);
 
             if (n == NGX_ERROR || n == 0) {
                 return NGX_ERROR;
@@ -324,6 +413,9 @@ ngx_http_idempotency_digest_body(EVP_MD_CTX *md, ngx_http_request_t *r)
             if (EVP_DigestUpdate(md, buf, n) != 1) {
                 return NGX_ERROR;
             }
+
+            fp->offset += n;
+            left -= ngx_min((size_t) n, left);
         }
     }
 

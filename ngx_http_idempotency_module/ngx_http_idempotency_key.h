@@ -30,9 +30,27 @@ ngx_int_t ngx_http_idempotency_parse_key(ngx_pool_t *pool, ngx_str_t *raw,
 ngx_int_t ngx_http_idempotency_key_hash(ngx_str_t *scope, ngx_str_t *key,
     u_char *out);
 
-/* SHA-256 of the method, the URI with arguments and the request body */
+/*
+ * A fingerprint in progress: a body in a temp file is hashed in slices
+ * of ngx_http_idempotency_hash_slice bytes, one per call, so that a large
+ * body never stalls the worker; it has its own SHA-256 context (freed
+ * with r->pool).  Zeroed before the first call.
+ */
+typedef struct {
+    void                           *md;
+    ngx_chain_t                    *cl;       /* the next buffer */
+    off_t                           offset;   /* into cl's file, or -1 */
+} ngx_http_idempotency_fp_t;
+
+extern size_t  ngx_http_idempotency_hash_slice;
+
+/*
+ * SHA-256 of the method, the URI with arguments and the request body:
+ * NGX_OK with out set; NGX_AGAIN: a slice of a temp file was hashed, call
+ * again (from a later event); NGX_ERROR.
+ */
 ngx_int_t ngx_http_idempotency_fingerprint(ngx_http_request_t *r,
-    u_char *out);
+    ngx_http_idempotency_fp_t *fp, u_char *out);
 
 /* frees the process's SHA-256 context (worker exit) */
 void ngx_http_idempotency_key_exit(void);

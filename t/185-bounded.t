@@ -11,6 +11,7 @@ use strict;
 use warnings;
 
 use Test::More;
+use Digest::SHA ();
 use POSIX ();
 use Time::HiRes qw(time sleep);
 
@@ -46,6 +47,7 @@ $ngx = IdemStress::Nginx->start(name => 'bounded', port => $P,
 
     server {
         listen 127.0.0.1:$P;
+        client_max_body_size 200m;
 
         location /orders {
             idempotency main;
@@ -53,6 +55,16 @@ $ngx = IdemStress::Nginx->start(name => 'bounded', port => $P,
             proxy_pass http://backend;
             add_header X-Idem \$idempotency_status always;
         }
+
+        location /big {
+            idempotency main;
+            add_header X-Idem \$idempotency_status always;
+            proxy_pass http://127.0.0.1:$P/sink;
+        }
+
+        location = /sink { return 201 "stored\\n"; }
+
+        location = /ping { return 200 "pong\\n"; }
     }
 HTTP
 
@@ -162,6 +174,68 @@ sub bg {
     sleep 0.2;
     is(st(post('/orders?size=300000', $kc)), '201 replay',
        'the memory was given back: the next one is stored');
+}
+
+# ------------------------------------------------- a temp-file body
+SKIP: {
+    skip 'timings mean nothing under valgrind', 8
+        if $ENV{TEST_NGINX_USE_VALGRIND};
+
+    # hashed in 512 KiB slices between events: another connection is
+    # answered all along (in one piece, 128 MB would stall the worker for
+    # about 100 ms on this kind of machine)
+    my $key = "$tag-big";
+    my $body = join '', map { chr(($_ * 7) % 256) x 4096 } 0 .. 32767;
+
+    pipe(my $rd, my $wr) or die "pipe: $!";
+    my $pid = fork // die "fork: $!";
+    if ($pid == 0) {
+        close $rd;
+        my ($worst, $pings) = (0, 0);
+        my $end = time + 30;
+        while (time < $end) {
+            my $t = time;
+            my $r = http_one(port => $P, method => 'GET', uri => '/ping',
+                             timeout => 10);
+            my $dt = time - $t;
+            $worst = $dt if $dt > $worst;
+            $pings++;
+            print STDERR "# ping: $r->{error}\n" if $r->{error};
+            last if -e "$IdemStress::DIR/bounded-stop-$$";
+            sleep 0.002;
+        }
+        print $wr "$worst $pings\n";
+        close $wr;
+        POSIX::_exit(0);
+    }
+    close $wr;
+
+    my $r = post('/big', $key, $body);
+    IdemStress::write_file("$IdemStress::DIR/bounded-stop-$pid", '');
+    my ($worst, $pings) = split ' ', <$rd>;
+    waitpid $pid, 0;
+    unlink "$IdemStress::DIR/bounded-stop-$pid";
+
+    is(st($r), '201 new', '128 MB in a temp file: executed');
+    like($ngx->error_log, qr/a client request body is buffered to a temporary file/,
+         '... it was in a temp file');
+    cmp_ok($pings, '>', 10, "another connection was served ($pings pings)");
+    cmp_ok($worst, '<', 0.06,
+           sprintf('... and waited %.1f ms at most', 1000 * $worst));
+
+    my $kh = key_hash_hex($key);
+    my $row = `mariadb --no-defaults --batch --skip-column-names --protocol=socket --socket='$ENV{TEST_NGINX_MYSQL_SOCKET}' -u root $ENV{TEST_NGINX_MYSQL_DB} -e "SELECT LOWER(HEX(fingerprint)) FROM idempotency_keys WHERE key_hash = UNHEX('$kh')"`;
+    chomp $row;
+    is($row, Digest::SHA::sha256_hex("idempotency-fp/1POST\0/big\0$body"),
+       'the fingerprint is the SHA-256 of the whole request');
+
+    is(st(post('/big', $key, $body)), '201 replay', 'the same body: replay');
+    substr($body, -1, 1) = 'x';
+    is(st(post('/big', $key, $body)), '422 mismatch',
+       'the last byte changed: 422');
+    substr($body, 0, 1) = 'x';
+    is(st(post('/big', $key, $body)), '422 mismatch',
+       'the first byte changed: 422');
 }
 
 unlike($ngx->error_log, qr/\[(alert|crit|emerg)\]/, 'no alert in the log');
