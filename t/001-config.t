@@ -196,22 +196,32 @@ Idempotency-Key: t001-11b
 
 
 
-=== TEST 11c: nginx -T shows the file's name, never the password in it
+=== TEST 11c: nginx -T shows the files' names, never the secrets in them
 --- init
 my $dir = "$ENV{TEST_NGINX_SERVROOT}-secret";
 mkdir $dir;
-open my $f, '>', "$dir/idem.secret" or die $!;
-print $f "s3cr3t-in-a-file\n";
-close $f;
-open $f, '>', "$dir/nginx.conf" or die $!;
+my %secret = ('idem.secret' => 's3cr3t-in-a-file',
+              'redis.secret' => 'redis-s3cr3t-in-a-file',
+              'hmac.secret' => 'hmac-s3cr3t-in-a-file-0123456789');
+for my $name (keys %secret) {
+    open my $f, '>', "$dir/$name" or die $!;
+    print $f "$secret{$name}\n";
+    close $f;
+}
+open my $f, '>', "$dir/nginx.conf" or die $!;
 print $f "load_module $ENV{TEST_NGINX_LOAD_MODULES};\n"
        . "error_log $dir/error.log;\npid $dir/nginx.pid;\nevents {}\n"
        . "http { idempotency_store main mysql=127.0.0.1:1 user=u"
-       . " database=d password_file=$dir/idem.secret; }\n";
+       . " database=d password_file=$dir/idem.secret redis=127.0.0.1:1"
+       . " redis_password_file=$dir/redis.secret"
+       . " secret_file=$dir/hmac.secret; }\n";
 close $f;
 my $out = `$ENV{TEST_NGINX_BINARY} -p $dir/ -c $dir/nginx.conf -T 2>&1`;
-$out =~ /password_file=\Q$dir\E\/idem.secret/ or die "nginx -T:\n$out";
-$out !~ /s3cr3t-in-a-file/ or die "nginx -T printed the password:\n$out";
+$out =~ /syntax is ok/ or die "nginx -T:\n$out";
+for my $name (keys %secret) {
+    $out =~ /_file=\Q$dir\E\/\Q$name\E/ or die "nginx -T:\n$out";
+    $out !~ /\Q$secret{$name}\E/ or die "nginx -T printed a secret:\n$out";
+}
 --- config
     location = /t { return 200 ok; }
 --- request
