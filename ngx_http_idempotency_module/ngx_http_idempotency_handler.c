@@ -42,8 +42,13 @@ typedef struct {
 
 static ngx_int_t ngx_http_idempotency_start(ngx_http_request_t *r,
     ngx_http_idempotency_loc_conf_t *ilcf);
-static void ngx_http_idempotency_hash_handler(ngx_event_t *ev);
+static ngx_int_t ngx_http_idempotency_request_key(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx);
 static void ngx_http_idempotency_body_handler(ngx_http_request_t *r);
+static void ngx_http_idempotency_mysql_replay(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op,
+    ngx_int_t ttl_s);
+static void ngx_http_idempotency_hash_handler(ngx_event_t *ev);
 static ngx_int_t ngx_http_idempotency_claim(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx);
 static ngx_int_t ngx_http_idempotency_token(ngx_http_idempotency_ctx_t *ctx);
@@ -124,8 +129,6 @@ ngx_http_idempotency_start(ngx_http_request_t *r,
     ngx_http_idempotency_loc_conf_t *ilcf)
 {
     ngx_int_t                    rc;
-    ngx_str_t                    raw, scope;
-    const char                  *reason;
     ngx_pool_cleanup_t          *cln;
     ngx_http_idempotency_ctx_t  *ctx;
 
@@ -152,84 +155,20 @@ ngx_http_idempotency_start(ngx_http_request_t *r,
 
     ngx_http_set_ctx(r, ctx, ngx_http_idempotency_module);
 
-    rc = ngx_http_idempotency_find_header(r, &ilcf->header, &raw);
-
-    if (rc == NGX_DECLINED) {
-        if (!ilcf->required) {
-            return NGX_DECLINED;
-        }
-
-        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
-                      "idempotency: request without \"%V\" header",
-                      &ilcf->header);
-
-        ctx->problem = NGX_HTTP_IDEMPOTENCY_P_MISSING;
-        ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
-                                     NGX_HTTP_IDEMPOTENCY_MISSING);
-        return ngx_http_idempotency_handler(r);
-    }
+    rc = ngx_http_idempotency_request_key(r, ctx);
 
     if (rc == NGX_ERROR) {
-        reason = "the header is repeated";
-
-    } else {
-        rc = ngx_http_idempotency_parse_key(r->pool, &raw, &ctx->key,
-                                            &reason);
-        if (rc == NGX_ERROR) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        if (rc == NGX_OK) {
-            reason = NULL;
-        }
-    }
-
-    if (reason) {
-        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
-                      "idempotency: invalid \"%V\" header: %s",
-                      &ilcf->header, reason);
-
-        ctx->problem = NGX_HTTP_IDEMPOTENCY_P_INVALID;
-        ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
-                                     NGX_HTTP_IDEMPOTENCY_INVALID);
-        return ngx_http_idempotency_handler(r);
-    }
-
-    ngx_str_null(&scope);
-
-    if (ilcf->scope) {
-        if (ngx_http_complex_value(r, ilcf->scope, &scope) != NGX_OK) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        /* a configured scope names a client: never fall back to the
-         * namespace every location of the store shares */
-
-        if (scope.len == 0) {
-            ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
-                          "idempotency: \"idempotency_scope\" is empty "
-                          "for this request");
-
-            ctx->problem = NGX_HTTP_IDEMPOTENCY_P_SCOPE;
-            ngx_http_idempotency_resolve(r, ctx,
-                                         NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
-                                         NGX_HTTP_IDEMPOTENCY_NOSCOPE);
-            return ngx_http_idempotency_handler(r);
-        }
-    }
-
-    if (ngx_http_idempotency_key_hash(&scope, &ctx->key, ctx->key_hash)
-        != NGX_OK)
-    {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    /* the error log names a key by its hash: the key may be a secret */
+    if (rc == NGX_DECLINED) {
+        return NGX_DECLINED;
+    }
 
-    ngx_hex_dump(ctx->key_id_data, ctx->key_hash,
-                 NGX_HTTP_IDEMPOTENCY_KEY_ID_LEN / 2);
-    ctx->key_id.data = ctx->key_id_data;
-    ctx->key_id.len = NGX_HTTP_IDEMPOTENCY_KEY_ID_LEN;
+    if (rc == NGX_ABORT) {
+        /* a problem response, resolved */
+        return ngx_http_idempotency_handler(r);
+    }
 
     ctx->shard = ngx_http_idempotency_shard(ilcf->store, ctx->key_hash);
     ctx->wait_until = ngx_current_msec + ilcf->wait;
@@ -254,6 +193,106 @@ ngx_http_idempotency_start(ngx_http_request_t *r,
 
     ngx_http_finalize_request(r, NGX_DONE);
     return NGX_DONE;
+}
+
+
+/*
+ * The key header, parsed, and the hash of scope and key: NGX_OK;
+ * NGX_DECLINED: no header, and none is required; NGX_ABORT: a problem
+ * response is resolved (missing, invalid, no scope); NGX_ERROR.
+ */
+
+static ngx_int_t
+ngx_http_idempotency_request_key(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx)
+{
+    ngx_int_t                         rc;
+    ngx_str_t                         raw, scope;
+    const char                       *reason;
+    ngx_http_idempotency_loc_conf_t  *ilcf;
+
+    ilcf = ctx->conf;
+
+    rc = ngx_http_idempotency_find_header(r, &ilcf->header, &raw);
+
+    if (rc == NGX_DECLINED) {
+        if (!ilcf->required) {
+            return NGX_DECLINED;
+        }
+
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "idempotency: request without \"%V\" header",
+                      &ilcf->header);
+
+        ctx->problem = NGX_HTTP_IDEMPOTENCY_P_MISSING;
+        ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
+                                     NGX_HTTP_IDEMPOTENCY_MISSING);
+        return NGX_ABORT;
+    }
+
+    if (rc == NGX_ERROR) {
+        reason = "the header is repeated";
+
+    } else {
+        rc = ngx_http_idempotency_parse_key(r->pool, &raw, &ctx->key,
+                                            &reason);
+        if (rc == NGX_ERROR) {
+            return NGX_ERROR;
+        }
+
+        if (rc == NGX_OK) {
+            reason = NULL;
+        }
+    }
+
+    if (reason) {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "idempotency: invalid \"%V\" header: %s",
+                      &ilcf->header, reason);
+
+        ctx->problem = NGX_HTTP_IDEMPOTENCY_P_INVALID;
+        ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
+                                     NGX_HTTP_IDEMPOTENCY_INVALID);
+        return NGX_ABORT;
+    }
+
+    ngx_str_null(&scope);
+
+    if (ilcf->scope) {
+        if (ngx_http_complex_value(r, ilcf->scope, &scope) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        /* a configured scope names a client: never fall back to the
+         * namespace every location of the store shares */
+
+        if (scope.len == 0) {
+            ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                          "idempotency: \"idempotency_scope\" is empty "
+                          "for this request");
+
+            ctx->problem = NGX_HTTP_IDEMPOTENCY_P_SCOPE;
+            ngx_http_idempotency_resolve(r, ctx,
+                                         NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
+                                         NGX_HTTP_IDEMPOTENCY_NOSCOPE);
+            return NGX_ABORT;
+        }
+    }
+
+    if (ngx_http_idempotency_key_hash(&scope, &ctx->key, ctx->key_hash)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    /* the error log names a key by its hash: the key may be a secret */
+
+    ngx_hex_dump(ctx->key_id_data, ctx->key_hash,
+                 NGX_HTTP_IDEMPOTENCY_KEY_ID_LEN / 2);
+    ctx->key_id.data = ctx->key_id_data;
+    ctx->key_id.len = NGX_HTTP_IDEMPOTENCY_KEY_ID_LEN;
+
+    return NGX_OK;
 }
 
 
@@ -578,12 +617,8 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op)
 {
     ngx_int_t                         state, take, ttl_s;
-    ngx_buf_t                         b;
-    const char                       *why;
     ngx_str_t                        *f;
-    ngx_chain_t                       cl;
     ngx_http_idempotency_loc_conf_t  *ilcf;
-    ngx_http_idempotency_counters_t  *counters;
 
     ilcf = ctx->conf;
     f = op->fields;
@@ -620,60 +655,7 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
     }
 
     if (state == NGX_HTTP_IDEMPOTENCY_ROW_DONE) {
-        f = &f[NGX_HTTP_IDEMPOTENCY_F_RESPONSE];
-
-        op->keep_pool = 1;
-        ctx->replay_pool = op->pool;
-
-        why = "not a record";
-
-        if (f->data == NULL
-            || ngx_http_idempotency_record_parse(op->pool, f->data, f->len,
-                                                 &ctx->record)
-               != NGX_OK
-            || ngx_http_idempotency_record_validate(&ctx->record, &why)
-               != NGX_OK)
-        {
-            /* never forwarded: the key was executed already */
-
-            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                          "idempotency store \"%V\": stored response of "
-                          "key %V is malformed (%uz bytes: %s), "
-                          "not replayed", &ilcf->store->name, &ctx->key_id,
-                          f->len, why);
-
-            ctx->problem = NGX_HTTP_IDEMPOTENCY_P_STORE;
-            ctx->retry_after = 1;
-            ngx_http_idempotency_resolve(r, ctx,
-                                         NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
-                                         NGX_HTTP_IDEMPOTENCY_ERROR);
-            return NGX_OK;
-        }
-
-        /*
-         * later duplicates are served by the tiers; the row's fingerprint
-         * is known only if this request compared it (and it matched)
-         */
-
-        if (ttl_s > 0) {
-            ngx_memzero(&b, sizeof(ngx_buf_t));
-            b.pos = f->data;
-            b.last = f->data + f->len;
-            cl.buf = &b;
-            cl.next = NULL;
-
-            ngx_http_idempotency_tier_put(ilcf->store, ctx->key_hash,
-                                          ilcf->fingerprint
-                                          ? NGX_HTTP_IDEMPOTENCY_ENTRY_FP : 0,
-                                          ctx->fingerprint,
-                                          ngx_time() + ttl_s, &cl, f->len);
-        }
-
-        counters = ngx_http_idempotency_counters(ilcf->store);
-        ngx_http_idempotency_count(counters, mysql_replays);
-
-        ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_REPLAY,
-                                     NGX_HTTP_IDEMPOTENCY_REPLAY);
+        ngx_http_idempotency_mysql_replay(r, ctx, op, ttl_s);
         return NGX_OK;
     }
 
@@ -705,6 +687,76 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
     ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
                                  NGX_HTTP_IDEMPOTENCY_CONFLICT);
     return NGX_OK;
+}
+
+
+/* a completed row: replay its record, and give it to the tiers */
+
+static void
+ngx_http_idempotency_mysql_replay(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op,
+    ngx_int_t ttl_s)
+{
+    ngx_buf_t                         b;
+    ngx_str_t                        *f;
+    const char                       *why;
+    ngx_chain_t                       cl;
+    ngx_http_idempotency_loc_conf_t  *ilcf;
+    ngx_http_idempotency_counters_t  *counters;
+
+    ilcf = ctx->conf;
+    f = &op->fields[NGX_HTTP_IDEMPOTENCY_F_RESPONSE];
+
+    op->keep_pool = 1;
+    ctx->replay_pool = op->pool;
+
+    why = "not a record";
+
+    if (f->data == NULL
+        || ngx_http_idempotency_record_parse(op->pool, f->data, f->len,
+                                             &ctx->record)
+           != NGX_OK
+        || ngx_http_idempotency_record_validate(&ctx->record, &why)
+           != NGX_OK)
+    {
+        /* never forwarded: the key was executed already */
+
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "idempotency store \"%V\": stored response of key %V "
+                      "is malformed (%uz bytes: %s), not replayed",
+                      &ilcf->store->name, &ctx->key_id, f->len, why);
+
+        ctx->problem = NGX_HTTP_IDEMPOTENCY_P_STORE;
+        ctx->retry_after = 1;
+        ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
+                                     NGX_HTTP_IDEMPOTENCY_ERROR);
+        return;
+    }
+
+    /*
+     * later duplicates are served by the tiers; the row's fingerprint
+     * is known only if this request compared it (and it matched)
+     */
+
+    if (ttl_s > 0) {
+        ngx_memzero(&b, sizeof(ngx_buf_t));
+        b.pos = f->data;
+        b.last = f->data + f->len;
+        cl.buf = &b;
+        cl.next = NULL;
+
+        ngx_http_idempotency_tier_put(ilcf->store, ctx->key_hash,
+                                      ilcf->fingerprint
+                                      ? NGX_HTTP_IDEMPOTENCY_ENTRY_FP : 0,
+                                      ctx->fingerprint,
+                                      ngx_time() + ttl_s, &cl, f->len);
+    }
+
+    counters = ngx_http_idempotency_counters(ilcf->store);
+    ngx_http_idempotency_count(counters, mysql_replays);
+
+    ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_REPLAY,
+                                 NGX_HTTP_IDEMPOTENCY_REPLAY);
 }
 
 
