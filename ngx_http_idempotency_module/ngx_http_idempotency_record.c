@@ -25,6 +25,10 @@ static ngx_str_t  ngx_http_idempotency_skip_headers[] = {
 };
 
 
+static ngx_int_t ngx_http_idempotency_head_size(ngx_http_request_t *r,
+    ngx_array_t *skip, size_t *lenp, ngx_uint_t *np, size_t *ctlenp);
+static u_char *ngx_http_idempotency_put_field(u_char *p, ngx_str_t *name,
+    u_char *value, size_t len);
 static ngx_uint_t ngx_http_idempotency_skip(ngx_array_t *skip,
     ngx_str_t *name);
 static const char *ngx_http_idempotency_header_bad(ngx_str_t *name,
@@ -33,34 +37,121 @@ static u_char *ngx_http_idempotency_put16(u_char *p, size_t n);
 static u_char *ngx_http_idempotency_put32(u_char *p, size_t n);
 
 
+static ngx_str_t  ngx_http_idempotency_content_type =
+    ngx_string("Content-Type");
+static ngx_str_t  ngx_http_idempotency_status = ngx_string(":status");
+
+
 ngx_int_t
 ngx_http_idempotency_record_head(ngx_http_request_t *r, ngx_pool_t *pool,
     ngx_array_t *skip, ngx_str_t *out)
 {
     u_char           *p;
     size_t            len, ctlen;
+    ngx_int_t         rc;
     ngx_uint_t        i, n;
     ngx_list_part_t  *part;
     ngx_table_elt_t  *h;
 
-    static ngx_str_t  content_type = ngx_string("Content-Type");
-    static ngx_str_t  status_line = ngx_string(":status");
+    rc = ngx_http_idempotency_head_size(r, skip, &len, &n, &ctlen);
 
-    len = sizeof(NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC) - 1 + 2 + 2;
-    n = 0;
+    if (rc != NGX_OK) {
+        return rc;
+    }
 
-    /* only what ngx_http_idempotency_record_validate() will let through */
+    p = ngx_pnalloc(pool, len);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    out->data = p;
+    out->len = len;
+
+    p = ngx_cpymem(p, NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC,
+                   sizeof(NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC) - 1);
+    p = ngx_http_idempotency_put16(p, r->headers_out.status);
+    p = ngx_http_idempotency_put16(p, n);
+
+    if (r->headers_out.status_line.len) {
+        p = ngx_http_idempotency_put_field(p, &ngx_http_idempotency_status,
+                                           r->headers_out.status_line.data,
+                                           r->headers_out.status_line.len);
+    }
+
+    /* the same Content-Type line the header filter would write */
+
+    if (ctlen) {
+        p = ngx_http_idempotency_put16(p,
+                                       ngx_http_idempotency_content_type.len);
+        p = ngx_cpymem(p, ngx_http_idempotency_content_type.data,
+                       ngx_http_idempotency_content_type.len);
+        p = ngx_http_idempotency_put32(p, ctlen);
+        p = ngx_cpymem(p, r->headers_out.content_type.data,
+                       r->headers_out.content_type.len);
+
+        if (ctlen > r->headers_out.content_type.len) {
+            p = ngx_cpymem(p, "; charset=", sizeof("; charset=") - 1);
+            p = ngx_cpymem(p, r->headers_out.charset.data,
+                           r->headers_out.charset.len);
+        }
+    }
+
+    part = &r->headers_out.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].hash == 0 || ngx_http_idempotency_skip(skip, &h[i].key)) {
+            continue;
+        }
+
+        p = ngx_http_idempotency_put_field(p, &h[i].key, h[i].value.data,
+                                           h[i].value.len);
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * The size of the head and its number of fields, and the length of the
+ * Content-Type value: NGX_DECLINED for what no replay may send (only
+ * what ngx_http_idempotency_record_validate() will let through), NGX_ERROR
+ * for what the format cannot frame.
+ */
+
+static ngx_int_t
+ngx_http_idempotency_head_size(ngx_http_request_t *r, ngx_array_t *skip,
+    size_t *lenp, ngx_uint_t *np, size_t *ctlenp)
+{
+    size_t            len, ctlen;
+    ngx_uint_t        i, n;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h;
 
     if (r->headers_out.status < 100 || r->headers_out.status > 599
-        || ngx_http_idempotency_header_bad(&status_line,
+        || ngx_http_idempotency_header_bad(&ngx_http_idempotency_status,
                                            &r->headers_out.status_line)
-        || ngx_http_idempotency_header_bad(&content_type,
+        || ngx_http_idempotency_header_bad(&ngx_http_idempotency_content_type,
                                            &r->headers_out.content_type)
-        || ngx_http_idempotency_header_bad(&content_type,
+        || ngx_http_idempotency_header_bad(&ngx_http_idempotency_content_type,
                                            &r->headers_out.charset))
     {
         return NGX_DECLINED;
     }
+
+    len = sizeof(NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC) - 1 + 2 + 2;
+    n = 0;
 
     /* the upstream's own status line ("422 Unprocessable Entity"), kept
      * as a pseudo-header no HTTP/1 upstream can send */
@@ -70,7 +161,8 @@ ngx_http_idempotency_record_head(ngx_http_request_t *r, ngx_pool_t *pool,
             return NGX_ERROR;
         }
 
-        len += 2 + status_line.len + 4 + r->headers_out.status_line.len;
+        len += 2 + ngx_http_idempotency_status.len + 4
+               + r->headers_out.status_line.len;
         n++;
     }
 
@@ -89,7 +181,7 @@ ngx_http_idempotency_record_head(ngx_http_request_t *r, ngx_pool_t *pool,
             ctlen += sizeof("; charset=") - 1 + r->headers_out.charset.len;
         }
 
-        len += 2 + content_type.len + 4 + ctlen;
+        len += 2 + ngx_http_idempotency_content_type.len + 4 + ctlen;
         n++;
     }
 
@@ -130,69 +222,25 @@ ngx_http_idempotency_record_head(ngx_http_request_t *r, ngx_pool_t *pool,
         return NGX_ERROR;
     }
 
-    p = ngx_pnalloc(pool, len);
-    if (p == NULL) {
-        return NGX_ERROR;
-    }
-
-    out->data = p;
-    out->len = len;
-
-    p = ngx_cpymem(p, NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC,
-                   sizeof(NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC) - 1);
-    p = ngx_http_idempotency_put16(p, r->headers_out.status);
-    p = ngx_http_idempotency_put16(p, n);
-
-    if (r->headers_out.status_line.len) {
-        p = ngx_http_idempotency_put16(p, status_line.len);
-        p = ngx_cpymem(p, status_line.data, status_line.len);
-        p = ngx_http_idempotency_put32(p, r->headers_out.status_line.len);
-        p = ngx_cpymem(p, r->headers_out.status_line.data,
-                       r->headers_out.status_line.len);
-    }
-
-    /* the same Content-Type line the header filter would write */
-
-    if (ctlen) {
-        p = ngx_http_idempotency_put16(p, content_type.len);
-        p = ngx_cpymem(p, content_type.data, content_type.len);
-        p = ngx_http_idempotency_put32(p, ctlen);
-        p = ngx_cpymem(p, r->headers_out.content_type.data,
-                       r->headers_out.content_type.len);
-
-        if (ctlen > r->headers_out.content_type.len) {
-            p = ngx_cpymem(p, "; charset=", sizeof("; charset=") - 1);
-            p = ngx_cpymem(p, r->headers_out.charset.data,
-                           r->headers_out.charset.len);
-        }
-    }
-
-    part = &r->headers_out.headers.part;
-    h = part->elts;
-
-    for (i = 0; /* void */; i++) {
-
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                break;
-            }
-
-            part = part->next;
-            h = part->elts;
-            i = 0;
-        }
-
-        if (h[i].hash == 0 || ngx_http_idempotency_skip(skip, &h[i].key)) {
-            continue;
-        }
-
-        p = ngx_http_idempotency_put16(p, h[i].key.len);
-        p = ngx_cpymem(p, h[i].key.data, h[i].key.len);
-        p = ngx_http_idempotency_put32(p, h[i].value.len);
-        p = ngx_cpymem(p, h[i].value.data, h[i].value.len);
-    }
+    *lenp = len;
+    *np = n;
+    *ctlenp = ctlen;
 
     return NGX_OK;
+}
+
+
+/* a field: u16 name length, name, u32 value length, value */
+
+static u_char *
+ngx_http_idempotency_put_field(u_char *p, ngx_str_t *name, u_char *value,
+    size_t len)
+{
+    p = ngx_http_idempotency_put16(p, name->len);
+    p = ngx_cpymem(p, name->data, name->len);
+    p = ngx_http_idempotency_put32(p, len);
+
+    return ngx_cpymem(p, value, len);
 }
 
 
