@@ -30,6 +30,8 @@ static ngx_int_t ngx_http_idempotency_add_secret(ngx_conf_t *cf,
 static ngx_int_t ngx_http_idempotency_cstr(ngx_pool_t *pool, ngx_str_t *s);
 static ngx_int_t ngx_http_idempotency_read_secret(ngx_conf_t *cf,
     ngx_str_t *file, ngx_str_t *secret);
+static ngx_int_t ngx_http_idempotency_ssl_file(ngx_conf_t *cf,
+    ngx_str_t *param, ngx_str_t *value, ngx_str_t *file);
 static ngx_int_t ngx_http_idempotency_parse_addr(ngx_conf_t *cf,
     ngx_http_idempotency_store_t *store, ngx_str_t *addr);
 static ngx_int_t ngx_http_idempotency_parse_redis(ngx_conf_t *cf,
@@ -284,6 +286,7 @@ static ngx_conf_bitmask_t  ngx_http_idempotency_method_names[] = {
  * idempotency_store NAME mysql=ADDR [mysql=ADDR ...] user=U password=P
  *                   database=DB [table=T] [pool=N] [connect_timeout=T]
  *                   [query_timeout=T] [wait_queue=N]
+ *                   [ssl=off|on|verify] [ssl_ca=F] [ssl_cert=F ssl_key=F]
  *                   [redis=ADDR] [redis_password=P] [redis_db=N]
  *                   [redis_timeout=T] [redis_max_entry=SIZE]
  *                   [secret=S | secret_file=F ...] [cache=ZONE:SIZE];
@@ -458,6 +461,56 @@ ngx_http_idempotency_store_block(ngx_conf_t *cf, ngx_command_t *cmd,
             continue;
         }
 
+        if (ngx_http_idempotency_param("ssl")) {
+            if (v.len == 3 && ngx_strncmp(v.data, "off", 3) == 0) {
+                store->ssl = NGX_HTTP_IDEMPOTENCY_SSL_OFF;
+
+            } else if (v.len == 2 && ngx_strncmp(v.data, "on", 2) == 0) {
+                store->ssl = NGX_HTTP_IDEMPOTENCY_SSL_ON;
+
+            } else if (v.len == 6 && ngx_strncmp(v.data, "verify", 6) == 0) {
+                store->ssl = NGX_HTTP_IDEMPOTENCY_SSL_VERIFY;
+
+            } else {
+                goto invalid;
+            }
+
+            continue;
+        }
+
+        if (ngx_http_idempotency_param("ssl_ca")) {
+            if (ngx_http_idempotency_ssl_file(cf, &value[i], &v,
+                                              &store->ssl_ca)
+                != NGX_OK)
+            {
+                return NGX_CONF_ERROR;
+            }
+
+            continue;
+        }
+
+        if (ngx_http_idempotency_param("ssl_cert")) {
+            if (ngx_http_idempotency_ssl_file(cf, &value[i], &v,
+                                              &store->ssl_cert)
+                != NGX_OK)
+            {
+                return NGX_CONF_ERROR;
+            }
+
+            continue;
+        }
+
+        if (ngx_http_idempotency_param("ssl_key")) {
+            if (ngx_http_idempotency_ssl_file(cf, &value[i], &v,
+                                              &store->ssl_key)
+                != NGX_OK)
+            {
+                return NGX_CONF_ERROR;
+            }
+
+            continue;
+        }
+
         if (ngx_http_idempotency_param("redis")) {
             if (store->redis_name.len) {
                 goto invalid;
@@ -602,6 +655,33 @@ ngx_http_idempotency_store_block(ngx_conf_t *cf, ngx_command_t *cmd,
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "idempotency store \"%V\" needs \"user=\" and "
                            "\"database=\"", &store->name);
+        return NGX_CONF_ERROR;
+    }
+
+    if (store->ssl == NGX_HTTP_IDEMPOTENCY_SSL_OFF
+        && (store->ssl_ca.len || store->ssl_cert.len || store->ssl_key.len))
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "idempotency store \"%V\" has \"ssl_...\" "
+                           "parameters but \"ssl=\" is off", &store->name);
+        return NGX_CONF_ERROR;
+    }
+
+    if (store->ssl == NGX_HTTP_IDEMPOTENCY_SSL_VERIFY
+        && store->ssl_ca.len == 0)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "idempotency store \"%V\" has \"ssl=verify\" "
+                           "but no \"ssl_ca=\" to verify the server's "
+                           "certificate with", &store->name);
+        return NGX_CONF_ERROR;
+    }
+
+    if ((store->ssl_cert.len == 0) != (store->ssl_key.len == 0)) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "idempotency store \"%V\" needs both "
+                           "\"ssl_cert=\" and \"ssl_key=\", or neither",
+                           &store->name);
         return NGX_CONF_ERROR;
     }
 
@@ -792,6 +872,64 @@ ngx_http_idempotency_cstr(ngx_pool_t *pool, ngx_str_t *s)
 
     p[s->len] = '\0';
     s->data = p;
+
+    return NGX_OK;
+}
+
+
+/*
+ * ssl_ca=, ssl_cert=, ssl_key=: a file name relative to the configuration's
+ * directory, as for ssl_certificate.  The driver opens the file only when
+ * a worker connects, so a wrong name is caught here rather than as a
+ * store that never comes up.
+ */
+
+static ngx_int_t
+ngx_http_idempotency_ssl_file(ngx_conf_t *cf, ngx_str_t *param,
+    ngx_str_t *value, ngx_str_t *file)
+{
+    ngx_fd_t         fd;
+    ngx_str_t        name;
+    ngx_file_info_t  fi;
+
+    /* "ssl_ca=", for the messages */
+
+    name.data = param->data;
+    name.len = value->data - param->data;
+
+    if (value->len == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid \"%V\" parameter in "
+                           "\"idempotency_store\"", &name);
+        return NGX_ERROR;
+    }
+
+    *file = *value;
+
+    if (ngx_conf_full_name(cf->cycle, file, 1) != NGX_OK
+        || ngx_http_idempotency_cstr(cf->pool, file) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    fd = ngx_open_file(file->data, NGX_FILE_RDONLY, NGX_FILE_OPEN, 0);
+
+    if (fd == NGX_INVALID_FILE) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
+                           "cannot open the \"%V\" file \"%V\" of "
+                           "\"idempotency_store\"", &name, file);
+        return NGX_ERROR;
+    }
+
+    if (ngx_fd_info(fd, &fi) == NGX_FILE_ERROR || !ngx_is_file(&fi)) {
+        ngx_close_file(fd);
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "the \"%V\" file \"%V\" of \"idempotency_store\" "
+                           "is not a regular file", &name, file);
+        return NGX_ERROR;
+    }
+
+    ngx_close_file(fd);
 
     return NGX_OK;
 }
@@ -1402,7 +1540,36 @@ ngx_http_idempotency_create_main_conf(ngx_conf_t *cf)
         return NULL;
     }
 
+    imcf->capture_memory = NGX_CONF_UNSET_SIZE;
+    imcf->max_held = NGX_CONF_UNSET_UINT;
+
     return imcf;
+}
+
+
+static char *
+ngx_http_idempotency_init_main_conf(ngx_conf_t *cf, void *conf)
+{
+    ngx_http_idempotency_main_conf_t  *imcf = conf;
+
+    ngx_conf_init_size_value(imcf->capture_memory, 128 * 1024 * 1024);
+    ngx_conf_init_uint_value(imcf->max_held, 1024);
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_idempotency_check_capture_memory(ngx_conf_t *cf, void *post,
+    void *data)
+{
+    size_t  *sp = data;
+
+    if (*sp < 64 * 1024) {
+        return "must be at least 64k";
+    }
+
+    return NGX_CONF_OK;
 }
 
 
@@ -1479,38 +1646,9 @@ ngx_http_idempotency_merge_loc_conf(ngx_conf_t *cf, void *parent,
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "\"idempotency_lease\" (%Mms) must be shorter "
                            "than \"idempotency_ttl\" (%Ts)",
-    imcf->capture_memory = NGX_CONF_UNSET_SIZE;
-    imcf->max_held = NGX_CONF_UNSET_UINT;
-
                            conf->lease, conf->ttl);
         return NGX_CONF_ERROR;
     }
-
-static char *
-ngx_http_idempotency_init_main_conf(ngx_conf_t *cf, void *conf)
-{
-    ngx_http_idempotency_main_conf_t  *imcf = conf;
-
-    ngx_conf_init_size_value(imcf->capture_memory, 128 * 1024 * 1024);
-    ngx_conf_init_uint_value(imcf->max_held, 1024);
-
-    return NGX_CONF_OK;
-}
-
-
-static char *
-ngx_http_idempotency_check_capture_memory(ngx_conf_t *cf, void *post,
-    void *data)
-{
-    size_t  *sp = data;
-
-    if (*sp < 64 * 1024) {
-        return "must be at least 64k";
-    }
-
-    return NGX_CONF_OK;
-}
-
 
     /* checked against the store's query_timeout in postconfiguration:
      * the store may be defined after this location */

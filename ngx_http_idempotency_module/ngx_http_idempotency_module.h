@@ -38,6 +38,11 @@
 #define NGX_HTTP_IDEMPOTENCY_STORE_REJECT   0
 #define NGX_HTTP_IDEMPOTENCY_STORE_PASS     1
 
+/* ssl= of a store */
+#define NGX_HTTP_IDEMPOTENCY_SSL_OFF        0
+#define NGX_HTTP_IDEMPOTENCY_SSL_ON         1    /* TLS, any certificate */
+#define NGX_HTTP_IDEMPOTENCY_SSL_VERIFY     2    /* TLS, ssl_ca= and name */
+
 
 typedef struct ngx_http_idempotency_store_s  ngx_http_idempotency_store_t;
 
@@ -69,6 +74,10 @@ struct ngx_http_idempotency_store_s {
     ngx_msec_t                      purge;     /* interval, 0: off */
     ngx_uint_t                      purge_batch;
     ngx_msec_t                      min_lease; /* of its locations */
+    ngx_uint_t                      ssl;       /* NGX_HTTP_..._SSL_* */
+    ngx_str_t                       ssl_ca;    /* full paths, NUL-ended, */
+    ngx_str_t                       ssl_cert;  /* len 0: none */
+    ngx_str_t                       ssl_key;
 
     /* replay tiers (tier.h): only completed responses, never claims */
     ngx_shm_zone_t                 *cache;     /* cache=, or NULL */
@@ -93,6 +102,8 @@ struct ngx_http_idempotency_store_s {
 
 typedef struct {
     ngx_array_t                     stores;    /* of ..._store_t * */
+    size_t                          capture_memory;  /* per worker */
+    ngx_uint_t                      max_held;        /* per worker */
 } ngx_http_idempotency_main_conf_t;
 
 
@@ -102,8 +113,6 @@ typedef struct {
     ngx_str_t                       header;
     ngx_flag_t                      required;
     ngx_http_complex_value_t       *scope;
-    size_t                          capture_memory;  /* per worker */
-    ngx_uint_t                      max_held;        /* per worker */
     ngx_flag_t                      fingerprint;
     time_t                          ttl;
     ngx_msec_t                      lease;

@@ -6,7 +6,9 @@
  * nginx events on the driver's socket.  Nothing here blocks the worker:
  * the driver only returns to us when it would block, and tells us what
  * to wait for (read, write, a timeout); we wait for that with nginx
- * events and timers and then resume it with _cont.
+ * events and timers and then resume it with _cont.  The one exception
+ * is the server's part of a TLS handshake (ssl=), which the driver waits
+ * for itself; see ngx_http_idempotency_mysql_ssl().
  *
  * Each shard of a store gets, per worker and on first use, a pool:
  *
@@ -21,8 +23,9 @@
  * The driver owns the socket and closes it: our ngx_connection_t only
  * wraps the fd for the event loop and is given back with
  * ngx_free_connection(), never ngx_close_connection().  The driver
- * leaves the socket in blocking mode and reads/writes it with
- * MSG_DONTWAIT, so any I/O of our own on it must use MSG_DONTWAIT too.
+ * leaves the socket in blocking mode (with TLS, we make it non-blocking)
+ * and reads/writes it with MSG_DONTWAIT, so any I/O of our own on it
+ * must use MSG_DONTWAIT too.
  *
  * A connection in an unknown state (op timed out, lost) is aborted:
  * shutdown() makes every further read/write of the driver fail at once,
@@ -37,6 +40,7 @@
 #include <ngx_event.h>
 #include <ngx_http.h>
 
+#include <poll.h>
 #include <mysql.h>
 #include <errmsg.h>
 #include <mysqld_error.h>
@@ -122,6 +126,7 @@ typedef struct {
 
     unsigned                           reused:1;
     unsigned                           unbound:1; /* counted in nunbound */
+    unsigned                           nonblocking:1; /* TLS, see ..._ssl */
 } ngx_http_idempotency_mysql_conn_t;
 
 
@@ -138,6 +143,12 @@ static void ngx_http_idempotency_mysql_enqueue(
 
 static ngx_int_t ngx_http_idempotency_mysql_open(
     ngx_http_idempotency_mysql_pool_t *pool, ngx_http_idempotency_op_t *op);
+static ngx_int_t ngx_http_idempotency_mysql_ssl(MYSQL *mysql,
+    ngx_http_idempotency_store_t *store);
+static int ngx_http_idempotency_mysql_handshake_wait(my_socket s,
+    my_bool is_read, int timeout);
+static ngx_int_t ngx_http_idempotency_mysql_nonblocking(
+    ngx_http_idempotency_mysql_conn_t *conn, ngx_socket_t s);
 static ngx_int_t ngx_http_idempotency_mysql_connected(
     ngx_http_idempotency_mysql_conn_t *conn);
 static ngx_int_t ngx_http_idempotency_mysql_connect_failed(
@@ -191,6 +202,10 @@ static void ngx_http_idempotency_mysql_op_down(ngx_http_idempotency_op_t *op);
 static void ngx_http_idempotency_mysql_op_error(
     ngx_http_idempotency_op_t *op, ngx_uint_t err, u_char *text, size_t len);
 static void ngx_http_idempotency_mysql_op_drop(ngx_http_idempotency_op_t *op);
+
+
+/* what is left of the connect_timeout of the connect being resumed */
+static ngx_msec_t  ngx_http_idempotency_mysql_handshake_left;
 
 
 ngx_http_idempotency_op_t *
@@ -589,7 +604,8 @@ ngx_http_idempotency_mysql_open(ngx_http_idempotency_mysql_pool_t *pool,
         || mysql_options(mysql, MYSQL_OPT_LOCAL_INFILE, &off) != 0
         || mysql_options(mysql, MYSQL_SET_CHARSET_NAME, "utf8mb4") != 0
         || mysql_options(mysql, MYSQL_INIT_COMMAND,
-                         NGX_HTTP_IDEMPOTENCY_MYSQL_INIT_COMMAND) != 0)
+                         NGX_HTTP_IDEMPOTENCY_MYSQL_INIT_COMMAND) != 0
+        || ngx_http_idempotency_mysql_ssl(mysql, store) != NGX_OK)
     {
         /* never connected: returns at once, only frees memory */
         (void) mysql_close_start(mysql);
@@ -636,6 +652,8 @@ ngx_http_idempotency_mysql_open(ngx_http_idempotency_mysql_pool_t *pool,
                    "idempotency mysql connect: store \"%V\" mysql=%V",
                    &store->name, &shard->name);
 
+    ngx_http_idempotency_mysql_handshake_left = store->connect_timeout;
+
     status = mysql_real_connect_start(&conn->connected, mysql, host,
                                       (char *) store->user.data,
                                       (char *) store->password.data,
@@ -670,6 +688,108 @@ failed:
 }
 
 
+/*
+ * TLS is a step of mysql_real_connect_start/_cont, between the server's
+ * greeting and the authentication; a failed handshake (a bad certificate,
+ * a server without TLS) fails the connect with its reason.
+ *
+ * Connector/C 3.3 is not fully non-blocking with TLS (CONC-594): it puts
+ * its socket back in blocking mode once TCP is connected, where
+ * SSL_read() and SSL_write(), which cannot pass MSG_DONTWAIT, would hold
+ * the worker for every answer of the server; and inside SSL_connect() it
+ * waits with poll() instead of suspending.  So the socket is made
+ * non-blocking again (..._nonblocking(): SSL_read() and SSL_write() then
+ * suspend as they should), and the one wait left, the server's part of
+ * the handshake, is bounded by the connect_timeout.
+ */
+
+static ngx_int_t
+ngx_http_idempotency_mysql_ssl(MYSQL *mysql,
+    ngx_http_idempotency_store_t *store)
+{
+    my_bool  on, verify;
+
+    if (store->ssl == NGX_HTTP_IDEMPOTENCY_SSL_OFF) {
+        return NGX_OK;
+    }
+
+    on = 1;
+    verify = (store->ssl == NGX_HTTP_IDEMPOTENCY_SSL_VERIFY);
+
+    if (mysql_optionsv(mysql, MYSQL_OPT_SSL_ENFORCE, &on) != 0
+        || mysql_optionsv(mysql, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &verify)
+           != 0
+        || mysql_optionsv(mysql, MARIADB_OPT_IO_WAIT,
+                          ngx_http_idempotency_mysql_handshake_wait)
+           != 0)
+    {
+        return NGX_ERROR;
+    }
+
+    if (store->ssl_ca.len
+        && mysql_optionsv(mysql, MYSQL_OPT_SSL_CA, store->ssl_ca.data) != 0)
+    {
+        return NGX_ERROR;
+    }
+
+    if (store->ssl_cert.len
+        && (mysql_optionsv(mysql, MYSQL_OPT_SSL_CERT, store->ssl_cert.data)
+            != 0
+            || mysql_optionsv(mysql, MYSQL_OPT_SSL_KEY, store->ssl_key.data)
+               != 0))
+    {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/* the driver's wait for a socket, which it uses in the TLS handshake */
+
+static int
+ngx_http_idempotency_mysql_handshake_wait(my_socket s, my_bool is_read,
+    int timeout)
+{
+    int            n;
+    struct pollfd  pfd;
+
+    pfd.fd = s;
+    pfd.events = is_read ? POLLIN : POLLOUT;
+    pfd.revents = 0;
+
+    do {
+        n = poll(&pfd, 1, (int) ngx_http_idempotency_mysql_handshake_left);
+    } while (n == -1 && ngx_errno == NGX_EINTR);
+
+    return n;
+}
+
+
+static ngx_int_t
+ngx_http_idempotency_mysql_nonblocking(
+    ngx_http_idempotency_mysql_conn_t *conn, ngx_socket_t s)
+{
+    if (conn->nonblocking
+        || conn->pool->store->ssl == NGX_HTTP_IDEMPOTENCY_SSL_OFF)
+    {
+        return NGX_OK;
+    }
+
+    /* the driver keeps the mode it set in a copy: it never resets ours */
+
+    if (ngx_nonblocking(s) == -1) {
+        ngx_log_error(NGX_LOG_ALERT, conn->pool->log, ngx_socket_errno,
+                      ngx_nonblocking_n " failed");
+        return NGX_ERROR;
+    }
+
+    conn->nonblocking = 1;
+
+    return NGX_OK;
+}
+
+
 static ngx_int_t
 ngx_http_idempotency_mysql_connected(ngx_http_idempotency_mysql_conn_t *conn)
 {
@@ -684,6 +804,35 @@ ngx_http_idempotency_mysql_connected(ngx_http_idempotency_mysql_conn_t *conn)
 
         return ngx_http_idempotency_mysql_connect_failed(conn,
                                   mysql_errno(conn->mysql),
+                                  (u_char *) text, ngx_strlen(text));
+    }
+
+    /*
+     * Connector/C 3.3 goes on in clear text when a server does not
+     * offer TLS, unless the certificate is verified
+     */
+
+    if (pool->store->ssl != NGX_HTTP_IDEMPOTENCY_SSL_OFF
+        && mysql_get_ssl_cipher(conn->mysql) == NULL)
+    {
+        text = "TLS is required (\"ssl=\"), but the server does not "
+               "offer it";
+
+        return ngx_http_idempotency_mysql_connect_failed(conn,
+                                  CR_SSL_CONNECTION_ERROR,
+                                  (u_char *) text, ngx_strlen(text));
+    }
+
+    /* if the connect never had to wait for a read */
+
+    if (ngx_http_idempotency_mysql_nonblocking(conn,
+                                  (ngx_socket_t) mysql_get_socket(conn->mysql))
+        != NGX_OK)
+    {
+        text = ngx_nonblocking_n " failed";
+
+        return ngx_http_idempotency_mysql_connect_failed(conn,
+                                  CR_UNKNOWN_ERROR,
                                   (u_char *) text, ngx_strlen(text));
     }
 
@@ -944,9 +1093,15 @@ static int
 ngx_http_idempotency_mysql_cont(ngx_http_idempotency_mysql_conn_t *conn,
     int ready)
 {
+    ngx_msec_int_t  left;
+
     switch (conn->state) {
 
     case NGX_HTTP_IDEMPOTENCY_MYSQL_CONNECT:
+        left = conn->started + conn->pool->store->connect_timeout
+               - ngx_current_msec;
+        ngx_http_idempotency_mysql_handshake_left = ngx_max(left, 1);
+
         return mysql_real_connect_cont(&conn->connected, conn->mysql, ready);
 
     case NGX_HTTP_IDEMPOTENCY_MYSQL_QUERY:
@@ -1274,6 +1429,14 @@ ngx_http_idempotency_mysql_wait(ngx_http_idempotency_mysql_conn_t *conn,
     }
 
     c = conn->c;
+
+    /* a read is waited for only after the TCP connect made it blocking */
+
+    if ((status & MYSQL_WAIT_READ)
+        && ngx_http_idempotency_mysql_nonblocking(conn, c->fd) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
 
     /*
      * the driver asks to wait only after a read or write returned EAGAIN,

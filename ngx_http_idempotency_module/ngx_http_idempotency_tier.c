@@ -470,9 +470,9 @@ ngx_http_idempotency_tier_put(ngx_http_idempotency_store_t *store,
         return;
     }
 
-    if (ngx_http_idempotency_redis_set(store, key_hash, data,
-                                       size + NGX_HTTP_IDEMPOTENCY_ENTRY_TAG_LEN,
-                                       ttl)
+    size += NGX_HTTP_IDEMPOTENCY_ENTRY_TAG_LEN;
+
+    if (ngx_http_idempotency_redis_set(store, key_hash, data, size, ttl)
         == NGX_OK)
     {
         counters = ngx_http_idempotency_counters(store);
