@@ -21,6 +21,8 @@ PACKAGES=(
     perl libtest-base-perl libtest-longstring-perl libtext-diff-perl
     liblist-moreutils-perl liburi-perl libhttp-message-perl
     libio-socket-ssl-perl python3 valgrind
+    # t/190-tls.t makes its CA and certificates
+    openssl
     # tools used by the scripts, the demo and benchmarks
     curl wrk procps iproute2 util-linux
 )
