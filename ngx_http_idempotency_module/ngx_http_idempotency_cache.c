@@ -12,6 +12,7 @@
 
 
 #include "ngx_http_idempotency_cache.h"
+#include "ngx_http_idempotency_metrics.h"
 
 
 /* an entry may take at most this share of the zone */
@@ -25,7 +26,7 @@ typedef struct {
     ngx_rbtree_t                       rbtree;
     ngx_rbtree_node_t                  sentinel;
     ngx_queue_t                        lru;       /* most recent first */
-    ngx_http_idempotency_counters_t    counters;
+    ngx_uint_t                         entries;
 } ngx_http_idempotency_cache_sh_t;
 
 
@@ -33,6 +34,7 @@ typedef struct {
     ngx_http_idempotency_cache_sh_t   *sh;
     ngx_slab_pool_t                   *shpool;
     size_t                             max_entry;
+    ngx_http_idempotency_store_t      *store;     /* its counters */
 } ngx_http_idempotency_cache_t;
 
 
@@ -121,6 +123,7 @@ ngx_http_idempotency_cache_add(ngx_conf_t *cf,
     }
 
     cache->max_entry = size / NGX_HTTP_IDEMPOTENCY_CACHE_SHARE;
+    cache->store = store;
 
     zone->init = ngx_http_idempotency_cache_init_zone;
     zone->data = cache;
@@ -144,7 +147,7 @@ ngx_http_idempotency_cache_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     cache = shm_zone->data;
 
     if (ocache) {
-        /* a reload with the same zone: entries and counters live on */
+        /* a reload with the same zone: the entries live on */
         cache->sh = ocache->sh;
         cache->shpool = ocache->shpool;
         return NGX_OK;
@@ -163,7 +166,7 @@ ngx_http_idempotency_cache_init_zone(ngx_shm_zone_t *shm_zone, void *data)
         return NGX_ERROR;
     }
 
-    ngx_memzero(&sh->counters, sizeof(ngx_http_idempotency_counters_t));
+    sh->entries = 0;
 
     ngx_rbtree_init(&sh->rbtree, &sh->sentinel,
                     ngx_http_idempotency_cache_insert);
@@ -193,12 +196,14 @@ ngx_int_t
 ngx_http_idempotency_cache_get(ngx_shm_zone_t *zone, u_char *key_hash,
     ngx_log_t *log, ngx_pool_t **pool, ngx_str_t *entry, time_t *expires)
 {
+    ngx_http_idempotency_counters_t    *counters;
     u_char                             *p;
     ngx_pool_t                         *tmp;
     ngx_http_idempotency_cache_t       *cache;
     ngx_http_idempotency_cache_node_t  *cn;
 
     cache = zone->data;
+    counters = ngx_http_idempotency_counters(cache->store);
 
     ngx_shmtx_lock(&cache->shpool->mutex);
 
@@ -211,7 +216,7 @@ ngx_http_idempotency_cache_get(ngx_shm_zone_t *zone, u_char *key_hash,
 
     if (cn->expires <= ngx_time()) {
         ngx_http_idempotency_cache_drop(cache, cn);
-        ngx_http_idempotency_count(&cache->sh->counters, shm_expired);
+        ngx_http_idempotency_count(counters, shm_expired);
         ngx_shmtx_unlock(&cache->shpool->mutex);
         return NGX_DECLINED;
     }
@@ -252,6 +257,7 @@ void
 ngx_http_idempotency_cache_put(ngx_shm_zone_t *zone, u_char *key_hash,
     time_t expires, u_char *entry, size_t len)
 {
+    ngx_http_idempotency_counters_t    *counters;
     time_t                              now;
     size_t                              size;
     ngx_uint_t                          n;
@@ -261,11 +267,12 @@ ngx_http_idempotency_cache_put(ngx_shm_zone_t *zone, u_char *key_hash,
     ngx_http_idempotency_cache_node_t  *cn, *old;
 
     cache = zone->data;
+    counters = ngx_http_idempotency_counters(cache->store);
     sh = cache->sh;
     now = ngx_time();
 
     if (len > cache->max_entry || expires <= now) {
-        ngx_http_idempotency_count(&sh->counters, shm_skipped);
+        ngx_http_idempotency_count(counters, shm_skipped);
         return;
     }
 
@@ -294,7 +301,7 @@ ngx_http_idempotency_cache_put(ngx_shm_zone_t *zone, u_char *key_hash,
         }
 
         ngx_http_idempotency_cache_drop(cache, cn);
-        ngx_http_idempotency_count(&sh->counters, shm_expired);
+        ngx_http_idempotency_count(counters, shm_expired);
     }
 
     for ( ;; ) {
@@ -310,10 +317,10 @@ ngx_http_idempotency_cache_put(ngx_shm_zone_t *zone, u_char *key_hash,
         old = ngx_queue_data(q, ngx_http_idempotency_cache_node_t, queue);
 
         if (old->expires > now) {
-            ngx_http_idempotency_count(&sh->counters, shm_evictions);
+            ngx_http_idempotency_count(counters, shm_evictions);
 
         } else {
-            ngx_http_idempotency_count(&sh->counters, shm_expired);
+            ngx_http_idempotency_count(counters, shm_expired);
         }
 
         ngx_http_idempotency_cache_drop(cache, old);
@@ -321,7 +328,7 @@ ngx_http_idempotency_cache_put(ngx_shm_zone_t *zone, u_char *key_hash,
 
     if (cn == NULL) {
         ngx_shmtx_unlock(&cache->shpool->mutex);
-        ngx_http_idempotency_count(&sh->counters, shm_skipped);
+        ngx_http_idempotency_count(counters, shm_skipped);
         return;
     }
 
@@ -333,25 +340,33 @@ ngx_http_idempotency_cache_put(ngx_shm_zone_t *zone, u_char *key_hash,
 
     ngx_rbtree_insert(&sh->rbtree, &cn->node);
     ngx_queue_insert_head(&sh->lru, &cn->queue);
+    sh->entries++;
 
     ngx_shmtx_unlock(&cache->shpool->mutex);
 
-    ngx_http_idempotency_count(&sh->counters, shm_stores);
+    ngx_http_idempotency_count(counters, shm_stores);
 }
 
 
-ngx_http_idempotency_counters_t *
-ngx_http_idempotency_counters(ngx_http_idempotency_store_t *store)
+ngx_int_t
+ngx_http_idempotency_cache_stats(ngx_shm_zone_t *zone,
+    ngx_http_idempotency_cache_stats_t *st)
 {
     ngx_http_idempotency_cache_t  *cache;
 
-    if (store->cache == NULL) {
-        return NULL;
+    cache = zone->data;
+
+    if (cache->sh == NULL) {
+        return NGX_DECLINED;
     }
 
-    cache = store->cache->data;
+    /* read without the lock: a scrape sees each number, not a set */
 
-    return cache->sh ? &cache->sh->counters : NULL;
+    st->size = zone->shm.size;
+    st->used = zone->shm.size - cache->shpool->pfree * ngx_pagesize;
+    st->entries = cache->sh->entries;
+
+    return NGX_OK;
 }
 
 
@@ -443,6 +458,7 @@ ngx_http_idempotency_cache_drop(ngx_http_idempotency_cache_t *cache,
     ngx_queue_remove(&cn->queue);
     ngx_rbtree_delete(&cache->sh->rbtree, &cn->node);
     ngx_slab_free_locked(cache->shpool, cn);
+    cache->sh->entries--;
 }
 
 

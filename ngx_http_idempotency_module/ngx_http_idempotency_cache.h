@@ -4,8 +4,8 @@
  * ("cache=ZONE:SIZE" of idempotency_store).
  *
  * One zone per store, shared by all workers of one nginx: an rbtree of
- * completed entries (entry.h) keyed by key hash, an LRU queue for
- * eviction, and the tier counters.  The zone outlives a reload.
+ * completed entries (entry.h) keyed by key hash and an LRU queue for
+ * eviction.  The zone outlives a reload.
  */
 
 
@@ -17,9 +17,9 @@
 
 
 /*
- * Tier counters of a store, in its zone, since the last start (a reload
- * keeps them).  Updated without the zone's lock; a reader sees each
- * counter, not a consistent set.
+ * Tier counters of a store, in the metrics zone (metrics.h), since the
+ * last start (a reload keeps them).  Updated without a lock; a reader
+ * sees each counter, not a consistent set.
  */
 typedef struct {
     ngx_atomic_t    shm_hits;        /* replays served from the zone */
@@ -58,9 +58,20 @@ ngx_int_t ngx_http_idempotency_cache_get(ngx_shm_zone_t *zone,
 void ngx_http_idempotency_cache_put(ngx_shm_zone_t *zone, u_char *key_hash,
     time_t expires, u_char *entry, size_t len);
 
-/* the store's counters, NULL without a zone */
-ngx_http_idempotency_counters_t *ngx_http_idempotency_counters(
-    ngx_http_idempotency_store_t *store);
+typedef struct {
+    size_t          size;
+    size_t          used;
+    ngx_uint_t      entries;
+} ngx_http_idempotency_cache_stats_t;
+
+
+/* the zone's size, bytes in use, entries: NGX_OK, or NGX_DECLINED */
+ngx_int_t ngx_http_idempotency_cache_stats(ngx_shm_zone_t *zone,
+    ngx_http_idempotency_cache_stats_t *st);
+
+/* the store's tier counters (metrics.h), NULL before the zone exists */
+#define ngx_http_idempotency_counters(store)                                 \
+    ((store)->metrics ? &(store)->metrics->tiers : NULL)
 
 #define ngx_http_idempotency_count(counters, name)                           \
     if (counters) {                                                          \

@@ -18,6 +18,7 @@
 #include <mysqld_error.h>
 #include <errmsg.h>
 
+#include "ngx_http_idempotency_metrics.h"
 #include "ngx_http_idempotency_complete.h"
 #include "ngx_http_idempotency_filter.h"
 #include "ngx_http_idempotency_lease.h"
@@ -131,6 +132,7 @@ ngx_http_idempotency_complete(ngx_http_idempotency_ctx_t *ctx)
 
     job->lease = ctx->lease;
     job->lease.op = NULL;
+    job->lease.counted = 0;
     ngx_memzero(&job->lease.ev, sizeof(ngx_event_t));
     job->lease.key = &job->key;
     job->lease.key_hash = job->key_hash;
@@ -243,6 +245,7 @@ ngx_http_idempotency_job_run(ngx_event_t *ev)
     }
 
     op->name = "complete";
+    op->kind = NGX_HTTP_IDEMPOTENCY_OP_COMPLETE;
     op->sql = job->sql;
     op->urgent = 1;
     op->handler = ngx_http_idempotency_job_done;
@@ -317,6 +320,11 @@ ngx_http_idempotency_job_done(ngx_http_idempotency_op_t *op)
                           "held by its request (lease lost)",
                           &shard->store->name, &shard->name, &job->key);
 
+            ngx_http_idempotency_metric(shard->store, lease_losses);
+
+        } else if (job->head.len == 0) {
+            ngx_http_idempotency_metric(shard->store, unstored);
+
         } else {
             ngx_http_idempotency_job_tiers(job);
         }
@@ -357,6 +365,8 @@ ngx_http_idempotency_job_done(ngx_http_idempotency_op_t *op)
      */
 
     if ((ngx_msec_int_t) (job->deadline - ngx_current_msec) > 0) {
+        ngx_http_idempotency_metric(shard->store, completion_retries);
+
         ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
                       "idempotency store \"%V\" mysql=%V: storing the "
                       "response of key %V failed (%ui%s%V), retrying",

@@ -13,6 +13,7 @@
 
 #include <openssl/rand.h>
 
+#include "ngx_http_idempotency_metrics.h"
 #include "ngx_http_idempotency_handler.h"
 #include "ngx_http_idempotency_key.h"
 #include "ngx_http_idempotency_problem.h"
@@ -1193,6 +1194,9 @@ ngx_http_idempotency_cleanup(void *data)
     ngx_connection_t               *c;
     ngx_http_idempotency_op_t      *op;
     ngx_http_idempotency_orphan_t  *o;
+
+    ngx_http_idempotency_metrics_request(ctx->conf->store, ctx->status,
+                                         ctx->tier);
 
     if (ctx->wait_ev.timer_set) {
         ngx_del_timer(&ctx->wait_ev);

@@ -12,6 +12,7 @@
  */
 
 
+#include "ngx_http_idempotency_metrics.h"
 #include "ngx_http_idempotency_lease.h"
 #include "ngx_http_idempotency_sql.h"
 
@@ -29,6 +30,11 @@ ngx_http_idempotency_lease_start(ngx_http_idempotency_lease_t *lease)
     lease->ev.cancelable = 1;
 
     ngx_add_timer(&lease->ev, ngx_max(lease->lease / 3, 1));
+
+    if (!lease->counted) {
+        lease->counted = 1;
+        lease->shard->store->in_progress++;
+    }
 }
 
 
@@ -42,6 +48,11 @@ ngx_http_idempotency_lease_stop(ngx_http_idempotency_lease_t *lease)
     if (lease->op) {
         ngx_http_idempotency_op_detach(lease->op);
         lease->op = NULL;
+    }
+
+    if (lease->counted) {
+        lease->counted = 0;
+        lease->shard->store->in_progress--;
     }
 }
 
@@ -97,6 +108,8 @@ ngx_http_idempotency_lease_done(ngx_http_idempotency_op_t *op)
                           "idempotency: key %V is no longer held by "
                           "its request (lease lost)", lease->key);
             lease->lost = 1;
+
+            ngx_http_idempotency_metric(lease->shard->store, lease_losses);
             return;
         }
 

@@ -32,6 +32,7 @@ typedef struct {
 
     unsigned                        failing:1;  /* logged once */
     unsigned                        lost:1;
+    unsigned                        counted:1;  /* in store->in_progress */
 } ngx_http_idempotency_lease_t;
 
 

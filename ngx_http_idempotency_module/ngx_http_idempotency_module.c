@@ -15,6 +15,7 @@
 #include "ngx_http_idempotency_purge.h"
 #include "ngx_http_idempotency_key.h"
 #include "ngx_http_idempotency_store.h"
+#include "ngx_http_idempotency_metrics.h"
 
 
 #define NGX_HTTP_IDEMPOTENCY_MAX_RESPONSE  (256 * 1024 * 1024)
@@ -174,6 +175,13 @@ static ngx_command_t  ngx_http_idempotency_commands[] = {
       offsetof(ngx_http_idempotency_loc_conf_t, on_store_error),
       NULL },
 
+    { ngx_string("idempotency_metrics"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_idempotency_metrics,
+      0,
+      0,
+      NULL },
+
     { ngx_string("idempotency_capture_memory"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_conf_set_size_slot,
@@ -223,7 +231,7 @@ ngx_module_t  ngx_http_idempotency_module = {
 };
 
 
-static ngx_str_t  ngx_http_idempotency_statuses[] = {
+ngx_str_t  ngx_http_idempotency_status_names[] = {
     ngx_string("bypass"),
     ngx_string("new"),
     ngx_string("replay"),
@@ -570,8 +578,8 @@ ngx_http_idempotency_status_variable(ngx_http_request_t *r,
 
     status = ctx ? ctx->status : NGX_HTTP_IDEMPOTENCY_BYPASS;
 
-    v->len = ngx_http_idempotency_statuses[status].len;
-    v->data = ngx_http_idempotency_statuses[status].data;
+    v->len = ngx_http_idempotency_status_names[status].len;
+    v->data = ngx_http_idempotency_status_names[status].data;
     v->valid = 1;
     v->no_cacheable = 1;
     v->not_found = 0;
@@ -889,6 +897,10 @@ ngx_http_idempotency_init(ngx_conf_t *cf)
 
     *h = ngx_http_idempotency_handler;
 
+    if (ngx_http_idempotency_metrics_init(cf) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     return ngx_http_idempotency_filter_init(cf);
 }
 
@@ -896,6 +908,10 @@ ngx_http_idempotency_init(ngx_conf_t *cf)
 static ngx_int_t
 ngx_http_idempotency_init_process(ngx_cycle_t *cycle)
 {
+    if (ngx_http_idempotency_metrics_init_process(cycle) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     return ngx_http_idempotency_purge_init(cycle);
 }
 

@@ -94,6 +94,11 @@ struct ngx_http_idempotency_store_s {
     time_t                          redis_bad_logged;  /* per worker */
     ngx_uint_t                      redis_bad_quiet;   /* since then */
 
+    /* metrics.h: the block in the zone, and this worker's gauges */
+    struct ngx_http_idempotency_metrics_s  *metrics;
+    ngx_uint_t                      in_progress;  /* leases renewed */
+    ngx_uint_t                      held;         /* duplicates held */
+
     u_char                         *conf_file;  /* first reference */
     ngx_uint_t                      conf_line;
     unsigned                        defined:1;
@@ -125,6 +130,9 @@ typedef struct {
 
 
 extern ngx_module_t  ngx_http_idempotency_module;
+
+/* the values of $idempotency_status, by NGX_HTTP_IDEMPOTENCY_BYPASS ... */
+extern ngx_str_t     ngx_http_idempotency_status_names[];
 
 
 #endif /* _NGX_HTTP_IDEMPOTENCY_MODULE_H_INCLUDED_ */

@@ -45,6 +45,7 @@
 #include <errmsg.h>
 #include <mysqld_error.h>
 
+#include "ngx_http_idempotency_metrics.h"
 #include "ngx_http_idempotency_mysql.h"
 
 
@@ -261,6 +262,7 @@ ngx_http_idempotency_op_run(ngx_http_idempotency_op_t *op)
     op->timer.handler = ngx_http_idempotency_mysql_op_timeout;
     op->timer.data = op;
     op->timer.log = op->log;
+    op->started = ngx_current_msec;
 
     ngx_log_debug3(NGX_LOG_DEBUG_HTTP, op->log, 0,
                    "idempotency mysql %s start: mysql=%V, %uz bytes",
@@ -378,6 +380,41 @@ ngx_http_idempotency_op_detach(ngx_http_idempotency_op_t *op)
     if (op->timer.handler == NULL) {
         /* never ran */
         ngx_destroy_pool(op->pool);
+    }
+}
+
+
+void
+ngx_http_idempotency_mysql_stats(ngx_http_idempotency_shard_t *shard,
+    ngx_http_idempotency_pool_stats_t *st)
+{
+    ngx_queue_t                        *q;
+    ngx_http_idempotency_mysql_pool_t  *pool;
+
+    ngx_memzero(st, sizeof(ngx_http_idempotency_pool_stats_t));
+    st->up = 1;
+
+    pool = shard->pool;
+
+    if (pool == NULL) {
+        return;
+    }
+
+    st->up = !pool->down;
+    st->queued = pool->nwaiting;
+
+    for (q = ngx_queue_head(&pool->idle);
+         q != ngx_queue_sentinel(&pool->idle);
+         q = ngx_queue_next(q))
+    {
+        st->idle++;
+    }
+
+    for (q = ngx_queue_head(&pool->busy);
+         q != ngx_queue_sentinel(&pool->busy);
+         q = ngx_queue_next(q))
+    {
+        st->busy++;
     }
 }
 
@@ -1848,6 +1885,10 @@ ngx_http_idempotency_mysql_op_finish(ngx_http_idempotency_op_t *op,
     ngx_http_idempotency_mysql_pool_t  *pool;
 
     op->rc = rc;
+
+    ngx_http_idempotency_metrics_op(op->shard->store, op->kind,
+                                    rc == NGX_HTTP_IDEMPOTENCY_OP_OK,
+                                    ngx_current_msec - op->started);
 
     if (op->timer.timer_set) {
         ngx_del_timer(&op->timer);

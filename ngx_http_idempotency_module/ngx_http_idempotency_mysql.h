@@ -37,6 +37,8 @@ struct ngx_http_idempotency_op_s {
     ngx_log_t                            *log;
     ngx_http_idempotency_shard_t         *shard;
     const char                           *name;     /* "claim", for logs */
+    ngx_uint_t                            kind;     /* for metrics.h */
+    ngx_msec_t                            started;  /* op_run() */
 
     ngx_str_t                             sql;      /* in op->pool */
 
@@ -83,6 +85,18 @@ void ngx_http_idempotency_op_run(ngx_http_idempotency_op_t *op);
 
 /* the requester is gone: the op finishes silently and frees itself */
 void ngx_http_idempotency_op_detach(ngx_http_idempotency_op_t *op);
+
+typedef struct {
+    ngx_uint_t                            up;
+    ngx_uint_t                            idle;
+    ngx_uint_t                            busy;
+    ngx_uint_t                            queued;
+} ngx_http_idempotency_pool_stats_t;
+
+
+/* this worker's pool of a server, for metrics */
+void ngx_http_idempotency_mysql_stats(ngx_http_idempotency_shard_t *shard,
+    ngx_http_idempotency_pool_stats_t *st);
 
 /* worker exit: close every connection of every store */
 void ngx_http_idempotency_mysql_exit(ngx_cycle_t *cycle);

@@ -13,6 +13,7 @@
  */
 
 
+#include "ngx_http_idempotency_metrics.h"
 #include "ngx_http_idempotency_purge.h"
 #include "ngx_http_idempotency_mysql.h"
 #include "ngx_http_idempotency_sql.h"
@@ -213,6 +214,9 @@ ngx_http_idempotency_purge_done(ngx_http_idempotency_op_t *op)
 
     if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK) {
         pg->deleted += (ngx_uint_t) op->affected_rows;
+
+        ngx_http_idempotency_metric_add(store, purged_rows,
+                                        (ngx_atomic_int_t) op->affected_rows);
         pg->batches++;
 
         if (op->affected_rows >= store->purge_batch) {

@@ -33,6 +33,7 @@
 #include <hiredis/hiredis.h>
 #include <hiredis/async.h>
 
+#include "ngx_http_idempotency_metrics.h"
 #include "ngx_http_idempotency_redis.h"
 
 
@@ -266,6 +267,17 @@ ngx_http_idempotency_redis_detach(ngx_http_idempotency_redis_op_t *op)
 {
     op->handler = NULL;
     op->data = NULL;
+}
+
+
+ngx_uint_t
+ngx_http_idempotency_redis_up(ngx_http_idempotency_store_t *store)
+{
+    ngx_http_idempotency_redis_t  *client;
+
+    client = store->redis;
+
+    return client == NULL || !client->down;
 }
 
 
@@ -969,6 +981,7 @@ ngx_http_idempotency_redis_op(ngx_http_idempotency_redis_t *client,
     op->client = client;
     op->name = name;
     op->pttl = -1;
+    op->started = ngx_current_msec;
 
     /* bounded by redis_timeout: not cancelable, like the request's own */
 
@@ -1126,12 +1139,28 @@ static void
 ngx_http_idempotency_redis_finish(ngx_http_idempotency_redis_op_t *op,
     ngx_uint_t rc)
 {
+    ngx_http_idempotency_redis_t  *client;
+
     if (op->finished) {
         return;
     }
 
     op->finished = 1;
     op->rc = rc;
+
+    client = op->client;
+
+    /* a lookup or a write that was not tried (Redis down) is no operation */
+
+    if (rc != NGX_HTTP_IDEMPOTENCY_REDIS_DOWN) {
+        ngx_http_idempotency_metrics_op(client->store,
+                                        op->lookup
+                                        ? NGX_HTTP_IDEMPOTENCY_OP_REDIS_GET
+                                        : NGX_HTTP_IDEMPOTENCY_OP_REDIS_SET,
+                                        rc == NGX_HTTP_IDEMPOTENCY_REDIS_OK
+                                        || rc == NGX_HTTP_IDEMPOTENCY_REDIS_BAD,
+                                        ngx_current_msec - op->started);
+    }
 
     if (op->timer.timer_set) {
         ngx_del_timer(&op->timer);

@@ -45,6 +45,7 @@ struct ngx_http_idempotency_redis_op_s {
                                                         handler may take
                                                         it (set NULL) */
     int64_t                                 pttl;    /* ms, -1: none */
+    ngx_msec_t                              started;
     unsigned                                too_big:1;  /* over
                                                         redis_max_entry;
                                                         value.len says
@@ -77,6 +78,9 @@ ngx_http_idempotency_redis_op_t *ngx_http_idempotency_redis_get(
 /* SET key entry EX ttl, fire and forget; NGX_DECLINED if not sent */
 ngx_int_t ngx_http_idempotency_redis_set(ngx_http_idempotency_store_t *store,
     u_char *key_hash, u_char *entry, size_t len, time_t ttl);
+
+/* 0 while this worker has Redis down, else 1 (for metrics) */
+ngx_uint_t ngx_http_idempotency_redis_up(ngx_http_idempotency_store_t *store);
 
 /* the requester is gone: the op ends silently and frees itself */
 void ngx_http_idempotency_redis_detach(ngx_http_idempotency_redis_op_t *op);

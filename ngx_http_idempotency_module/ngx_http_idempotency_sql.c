@@ -9,6 +9,7 @@
 
 
 #include "ngx_http_idempotency_sql.h"
+#include "ngx_http_idempotency_metrics.h"
 #include "ngx_http_idempotency_record.h"
 
 
@@ -101,6 +102,7 @@ ngx_http_idempotency_sql_claim(ngx_http_idempotency_shard_t *shard,
     }
 
     op->name = "claim";
+    op->kind = NGX_HTTP_IDEMPOTENCY_OP_CLAIM;
     op->sql.len = ngx_sprintf(op->sql.data, ngx_http_idempotency_claim_sql,
                               table, kh, ow, fp, cl->lease, cl->ttl,
                               fpeq, ow, fpeq, fpeq, table, kh)
@@ -124,6 +126,7 @@ ngx_http_idempotency_sql_renew(ngx_http_idempotency_shard_t *shard,
     }
 
     op->name = "renew";
+    op->kind = NGX_HTTP_IDEMPOTENCY_OP_RENEW;
 
     p = ngx_sprintf(op->sql.data, "UPDATE `%V` SET lease_until = "
                     "UTC_TIMESTAMP(3) + INTERVAL %M000 MICROSECOND "
@@ -152,6 +155,7 @@ ngx_http_idempotency_sql_release(ngx_http_idempotency_shard_t *shard,
     }
 
     op->name = "release";
+    op->kind = NGX_HTTP_IDEMPOTENCY_OP_RELEASE;
 
     p = ngx_sprintf(op->sql.data, "DELETE FROM `%V` WHERE key_hash = ",
                     &shard->store->table);
@@ -260,6 +264,7 @@ ngx_http_idempotency_sql_purge(ngx_http_idempotency_shard_t *shard,
     }
 
     op->name = "purge";
+    op->kind = NGX_HTTP_IDEMPOTENCY_OP_PURGE;
     op->sql.len = ngx_sprintf(op->sql.data,
                               "DELETE FROM `%V` "
                               "WHERE expires_at <= UTC_TIMESTAMP(3) "

@@ -12,6 +12,7 @@
  */
 
 
+#include "ngx_http_idempotency_metrics.h"
 #include "ngx_http_idempotency_tier.h"
 #include "ngx_http_idempotency_cache.h"
 #include "ngx_http_idempotency_entry.h"
@@ -518,6 +519,8 @@ ngx_http_idempotency_tier_hold(ngx_http_idempotency_ctx_t *ctx,
                 logged = now;
             }
 
+            ngx_http_idempotency_metric(ctx->conf->store, held_refused);
+
             return NGX_DECLINED;
         }
 
@@ -525,6 +528,7 @@ ngx_http_idempotency_tier_hold(ngx_http_idempotency_ctx_t *ctx,
                               &ctx->waiter);
         ctx->held = 1;
         ngx_http_idempotency_held_n++;
+        ctx->conf->store->held++;
     }
 
     ctx->poll_at = ngx_current_msec + delay;
@@ -641,5 +645,6 @@ ngx_http_idempotency_tier_unhold(ngx_http_idempotency_ctx_t *ctx)
         ngx_queue_remove(&ctx->waiter);
         ctx->held = 0;
         ngx_http_idempotency_held_n--;
+        ctx->conf->store->held--;
     }
 }

@@ -21,8 +21,9 @@ PACKAGES=(
     perl libtest-base-perl libtest-longstring-perl libtext-diff-perl
     liblist-moreutils-perl liburi-perl libhttp-message-perl
     libio-socket-ssl-perl python3 valgrind
-    # t/190-tls.t makes its CA and certificates
-    openssl
+    # t/190-tls.t makes its CA and certificates; t/330 and t/335 check
+    # the metrics with promtool and a private Prometheus server
+    openssl prometheus
     # tools used by the scripts, the demo and benchmarks
     curl wrk procps iproute2 util-linux
 )

@@ -1,0 +1,224 @@
+# idempotency_metrics on a live nginx (two workers, a cache zone and
+# Redis): the gauges show a key in progress and its held duplicates while
+# they exist and fall back to zero; replays are counted by tier; counters
+# survive "nginx -s reload"; and a real Prometheus server (Debian's
+# package, started privately) scrapes the endpoint and answers a query
+# with the counter nginx reported.
+
+use strict;
+use warnings;
+
+use Test::More;
+use POSIX ();
+use Time::HiRes qw(time sleep);
+
+use lib 't/stress';
+use IdemStress;
+
+plan skip_all => "TEST_NGINX_BACKEND_PORT is not set: run with 'make test'"
+    unless $ENV{TEST_NGINX_BACKEND_PORT} && $ENV{TEST_NGINX_REDIS_PORT};
+
+$SIG{INT} = $SIG{TERM} = sub { exit 1 };
+IdemStress::lock_dir();
+
+my $P = port(335);
+my $PROM = port(336);
+my $tag = "m$$-" . int(time);
+my ($ngx, $prom_pid);
+
+END {
+    kill 'TERM', $prom_pid if $prom_pid;
+    waitpid $prom_pid, 0 if $prom_pid;
+    $ngx->stop if $ngx;
+}
+
+$ngx = IdemStress::Nginx->start(name => 'metrics', port => $P, workers => 2,
+    http => store_line('main', $ENV{TEST_NGINX_MYSQL_PORT},
+                       cache => 'idem_metrics:1m',
+                       redis => "127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}",
+                       secret => 'metrics-test-secret-0123456789')
+          . <<"HTTP");
+    upstream backend { server 127.0.0.1:$BACKEND_PORT; }
+
+    server {
+        listen 127.0.0.1:$P;
+
+        location /orders {
+            idempotency main;
+            idempotency_wait 10s;
+            proxy_pass http://backend;
+        }
+
+        location = /metrics { idempotency_metrics; }
+    }
+HTTP
+
+sub post {
+    my ($key, $uri) = @_;
+    return http_one(port => $P, method => 'POST', uri => $uri // '/orders',
+                    key => $key, body => 'x', timeout => 30);
+}
+
+sub scrape {
+    my $r = http_one(port => $P, method => 'GET', uri => '/metrics');
+    die "scrape: " . ($r->{error} // $r->{status}) . "\n"
+        if $r->{error} || $r->{status} != 200;
+    return $r->{body};
+}
+
+# the value of a sample, by name and some of its labels
+sub metric {
+    my ($text, $name, %labels) = @_;
+    for my $line (split /\n/, $text) {
+        next unless $line =~ /^\Q$name\E\{([^}]*)\} (\S+)$/;
+        my ($l, $v) = ($1, $2);
+        my %got = $l =~ /(\w+)="((?:[^"\\]|\\.)*)"/g;
+        next if grep { ($got{$_} // '') ne $labels{$_} } keys %labels;
+        return $v;
+    }
+    return undef;
+}
+
+# ------------------------------------------------------- counters, tiers
+my $m0 = scrape();
+my $new0 = metric($m0, 'nginx_idempotency_requests_total',
+                  store => 'main', status => 'new');
+is($new0, 0, 'a fresh nginx: no request counted');
+
+for my $i (1 .. 5) {
+    is(post("$tag-$i")->{status}, 201, "key $i executed");
+}
+sleep 0.3;
+for my $i (1 .. 5) {
+    post("$tag-$i") for 1 .. 2;
+}
+
+my $m = scrape();
+is(metric($m, 'nginx_idempotency_requests_total', store => 'main',
+          status => 'new'), 5, 'new: 5, whichever worker served them');
+is(metric($m, 'nginx_idempotency_requests_total', store => 'main',
+          status => 'replay'), 10, 'replay: 10');
+my $by_tier = 0;
+$by_tier += metric($m, 'nginx_idempotency_replays_total', store => 'main',
+                   tier => $_) // 0 for qw(shm redis mysql);
+is($by_tier, 10, 'the replays by tier add up');
+ok(metric($m, 'nginx_idempotency_tier_writes_total', store => 'main',
+          tier => 'redis') >= 5, 'entries written to Redis');
+ok(metric($m, 'nginx_idempotency_cache_entries', store => 'main') >= 5,
+   'entries in the cache zone');
+ok(metric($m, 'nginx_idempotency_cache_bytes', store => 'main',
+          state => 'used') > 0, 'bytes of the zone in use');
+is(metric($m, 'nginx_idempotency_redis_up', store => 'main'), 1,
+   'Redis up');
+
+# ----------------------------------------------- gauges while in progress
+my $slow = "$tag-slow";
+my $pid = fork // die "fork: $!";
+if ($pid == 0) {
+    post($slow, '/orders?delay=2500');
+    POSIX::_exit(0);
+}
+sleep 0.5;
+my @held;
+for (1 .. 2) {
+    my $h = fork // die "fork: $!";
+    if ($h == 0) {
+        post($slow, '/orders?delay=2500');
+        POSIX::_exit(0);
+    }
+    push @held, $h;
+}
+
+my $during = IdemStress::wait_for('a held duplicate in the metrics', 10,
+    sub {
+        my $t = scrape();
+        return ((metric($t, 'nginx_idempotency_held_requests',
+                        store => 'main') // 0) >= 2) ? $t : 0;
+    }, 0.1);
+is(metric($during, 'nginx_idempotency_keys_in_progress', store => 'main'),
+   1, 'one key in progress');
+is(metric($during, 'nginx_idempotency_held_requests', store => 'main'), 2,
+   'two duplicates held');
+
+waitpid $_, 0 for $pid, @held;
+my $after = IdemStress::wait_for('the gauges back at zero', 10, sub {
+    my $t = scrape();
+    return (metric($t, 'nginx_idempotency_keys_in_progress',
+                   store => 'main') == 0
+            && metric($t, 'nginx_idempotency_held_requests',
+                      store => 'main') == 0) ? $t : 0;
+}, 0.2);
+ok($after, 'in progress and held back at 0 once the key completed');
+is(backend_count($slow), 1, 'the slow key executed once');
+
+# --------------------------------------------------------- reload
+my $before = scrape();
+my $new_before = metric($before, 'nginx_idempotency_requests_total',
+                        store => 'main', status => 'new');
+$ngx->signal('HUP');
+IdemStress::wait_for('new workers after the reload', 30, sub {
+    my @w = $ngx->workers;
+    return @w == 2 && !grep { IdemStress::read_file("/proc/$_/cmdline")
+                              =~ /shutting/ } @w;
+}, 0.2);
+sleep 1;
+is(post("$tag-after-reload")->{status}, 201, 'a new key after the reload');
+my $reloaded = scrape();
+is(metric($reloaded, 'nginx_idempotency_requests_total', store => 'main',
+          status => 'new'), $new_before + 1,
+   'the counters survived the reload');
+
+# ------------------------------------------------- promtool, Prometheus
+SKIP: {
+    skip 'Debian\'s prometheus package is not installed', 3
+        unless -x '/usr/bin/promtool' && -x '/usr/bin/prometheus';
+
+    my $dir = "$IdemStress::DIR/metrics-prometheus";
+    system('rm', '-rf', $dir);
+    mkdir $dir or die "$dir: $!";
+    IdemStress::write_file("$dir/metrics.txt", $reloaded);
+    my $out = `/usr/bin/promtool check metrics < $dir/metrics.txt 2>&1`;
+    is($? >> 8, 0, "promtool check metrics passes$out");
+
+    IdemStress::write_file("$dir/prometheus.yml", <<"YML");
+global:
+  scrape_interval: 1s
+scrape_configs:
+  - job_name: nginx
+    metrics_path: /metrics
+    static_configs:
+      - targets: ['127.0.0.1:$P']
+YML
+
+    $prom_pid = fork // die "fork: $!";
+    if ($prom_pid == 0) {
+        open STDOUT, '>', "$dir/prometheus.log";
+        open STDERR, '>&', \*STDOUT;
+        exec('/usr/bin/prometheus', "--config.file=$dir/prometheus.yml",
+             "--storage.tsdb.path=$dir/data",
+             "--web.listen-address=127.0.0.1:$PROM")
+            or POSIX::_exit(127);
+    }
+
+    my $want = metric($reloaded, 'nginx_idempotency_requests_total',
+                      store => 'main', status => 'new');
+    my $q = 'nginx_idempotency_requests_total%7Bstatus%3D%22new%22%7D';
+    my $got = eval {
+        IdemStress::wait_for('Prometheus to scrape nginx', 60, sub {
+            my $r = http_one(port => $PROM, method => 'GET',
+                             uri => "/api/v1/query?query=$q", timeout => 2);
+            return 0 if $r->{error} || ($r->{status} // 0) != 200;
+            return $r->{body} =~ /"value":\[[\d.]+,"(\d+)"\]/ ? $1 : 0;
+        }, 0.5);
+    };
+    diag(IdemStress::read_file("$dir/prometheus.log")) unless $got;
+    is($got, $want, "Prometheus read the counter back through its API "
+       . "($want)");
+    my $r = http_one(port => $PROM, method => 'GET',
+                     uri => '/api/v1/query?query=up%7Bjob%3D%22nginx%22%7D');
+    like($r->{body}, qr/"value":\[[\d.]+,"1"\]/, 'the target is up');
+}
+
+unlike($ngx->error_log, qr/\[(alert|crit|emerg)\]/, 'no alert in the log');
+
+done_testing();
