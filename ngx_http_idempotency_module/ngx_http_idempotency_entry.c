@@ -206,7 +206,7 @@ ngx_http_idempotency_entry_key_free(void *data)
 
 
 ngx_int_t
-ngx_http_idempotency_entry_sign(void *key, u_char *key_hash, u_char *data,
+ngx_http_idempotency_mac(void *key, u_char *head, size_t hlen, u_char *data,
     size_t len, u_char *tag)
 {
     size_t        n;
@@ -218,7 +218,7 @@ ngx_http_idempotency_entry_sign(void *key, u_char *key_hash, u_char *data,
         return NGX_ERROR;
     }
 
-    rc = (EVP_MAC_update(ctx, key_hash, NGX_HTTP_IDEMPOTENCY_HASH_LEN) == 1
+    rc = (EVP_MAC_update(ctx, head, hlen) == 1
           && EVP_MAC_update(ctx, data, len) == 1
           && EVP_MAC_final(ctx, tag, &n, NGX_HTTP_IDEMPOTENCY_ENTRY_TAG_LEN)
              == 1
@@ -270,7 +270,7 @@ ngx_http_idempotency_entry_key_free(void *data)
 
 
 ngx_int_t
-ngx_http_idempotency_entry_sign(void *key, u_char *key_hash, u_char *data,
+ngx_http_idempotency_mac(void *key, u_char *head, size_t hlen, u_char *data,
     size_t len, u_char *tag)
 {
     ngx_int_t     rc;
@@ -283,7 +283,7 @@ ngx_http_idempotency_entry_sign(void *key, u_char *key_hash, u_char *data,
     }
 
     rc = (HMAC_CTX_copy(ctx, key) == 1
-          && HMAC_Update(ctx, key_hash, NGX_HTTP_IDEMPOTENCY_HASH_LEN) == 1
+          && HMAC_Update(ctx, head, hlen) == 1
           && HMAC_Update(ctx, data, len) == 1
           && HMAC_Final(ctx, tag, &n) == 1
           && n == NGX_HTTP_IDEMPOTENCY_ENTRY_TAG_LEN)
@@ -295,6 +295,16 @@ ngx_http_idempotency_entry_sign(void *key, u_char *key_hash, u_char *data,
 }
 
 #endif
+
+
+ngx_int_t
+ngx_http_idempotency_entry_sign(void *key, u_char *key_hash, u_char *data,
+    size_t len, u_char *tag)
+{
+    return ngx_http_idempotency_mac(key, key_hash,
+                                    NGX_HTTP_IDEMPOTENCY_HASH_LEN, data, len,
+                                    tag);
+}
 
 
 ngx_int_t

@@ -77,6 +77,14 @@ ngx_int_t ngx_http_idempotency_entry_parse(ngx_pool_t *pool, u_char *data,
  */
 void *ngx_http_idempotency_entry_key(ngx_pool_t *pool, ngx_str_t *secret);
 
+/*
+ * HMAC-SHA256 under key of head and then data, into tag (32 bytes): the
+ * entries' tags and the issued keys' (issue.h) are made with it, each
+ * with a head of its own length, so that neither passes for the other.
+ */
+ngx_int_t ngx_http_idempotency_mac(void *key, u_char *head, size_t hlen,
+    u_char *data, size_t len, u_char *tag);
+
 /* writes the tag of an entry (data, len) under key into tag */
 ngx_int_t ngx_http_idempotency_entry_sign(void *key, u_char *key_hash,
     u_char *data, size_t len, u_char *tag);

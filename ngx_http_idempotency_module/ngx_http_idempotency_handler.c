@@ -14,6 +14,7 @@
 #include <openssl/rand.h>
 
 #include "ngx_http_idempotency_metrics.h"
+#include "ngx_http_idempotency_issue.h"
 #include "ngx_http_idempotency_handler.h"
 #include "ngx_http_idempotency_key.h"
 #include "ngx_http_idempotency_problem.h"
@@ -243,6 +244,29 @@ ngx_http_idempotency_request_key(ngx_http_request_t *r,
 
         if (rc == NGX_OK) {
             reason = NULL;
+        }
+    }
+
+    if (reason == NULL && ilcf->keys == NGX_HTTP_IDEMPOTENCY_KEYS_ISSUED) {
+
+        /* checked here, without a store round trip */
+
+        rc = ngx_http_idempotency_issued(ilcf->store, &ctx->key, &reason);
+
+        if (rc == NGX_ERROR) {
+            return NGX_ERROR;
+        }
+
+        if (rc == NGX_DECLINED) {
+            ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                          "idempotency: \"%V\" header: %s", &ilcf->header,
+                          reason);
+
+            ctx->problem = NGX_HTTP_IDEMPOTENCY_P_NOT_ISSUED;
+            ngx_http_idempotency_resolve(r, ctx,
+                                         NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
+                                         NGX_HTTP_IDEMPOTENCY_INVALID);
+            return NGX_ABORT;
         }
     }
 

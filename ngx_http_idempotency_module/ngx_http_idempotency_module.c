@@ -16,6 +16,7 @@
 #include "ngx_http_idempotency_key.h"
 #include "ngx_http_idempotency_store.h"
 #include "ngx_http_idempotency_metrics.h"
+#include "ngx_http_idempotency_issue.h"
 
 
 #define NGX_HTTP_IDEMPOTENCY_MAX_RESPONSE  (256 * 1024 * 1024)
@@ -72,6 +73,13 @@ static ngx_conf_post_handler_pt  ngx_http_idempotency_capture_memory_bounds =
 
 static ngx_conf_num_bounds_t  ngx_http_idempotency_max_held_bounds = {
     ngx_conf_check_num_bounds, 0, 1000000
+};
+
+
+static ngx_conf_enum_t  ngx_http_idempotency_keys[] = {
+    { ngx_string("any"), NGX_HTTP_IDEMPOTENCY_KEYS_ANY },
+    { ngx_string("issued"), NGX_HTTP_IDEMPOTENCY_KEYS_ISSUED },
+    { ngx_null_string, 0 }
 };
 
 
@@ -174,6 +182,20 @@ static ngx_command_t  ngx_http_idempotency_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_idempotency_loc_conf_t, on_store_error),
       NULL },
+
+    { ngx_string("idempotency_key_issuer"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS|NGX_CONF_TAKE1,
+      ngx_http_idempotency_key_issuer,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("idempotency_keys"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_enum_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idempotency_loc_conf_t, keys),
+      &ngx_http_idempotency_keys },
 
     { ngx_string("idempotency_metrics"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
@@ -719,6 +741,8 @@ ngx_http_idempotency_create_loc_conf(ngx_conf_t *cf)
     conf->max_response_size = NGX_CONF_UNSET_SIZE;
     conf->on_store_error = NGX_CONF_UNSET_UINT;
     conf->skip_headers = NGX_CONF_UNSET_PTR;
+    conf->keys = NGX_CONF_UNSET_UINT;
+    conf->issuer_ttl = NGX_CONF_UNSET;
 
     return conf;
 }
@@ -755,6 +779,24 @@ ngx_http_idempotency_merge_loc_conf(ngx_conf_t *cf, void *parent,
     ngx_conf_merge_uint_value(conf->on_store_error, prev->on_store_error,
                               NGX_HTTP_IDEMPOTENCY_STORE_REJECT);
     ngx_conf_merge_ptr_value(conf->skip_headers, prev->skip_headers, NULL);
+    ngx_conf_merge_uint_value(conf->keys, prev->keys,
+                              NGX_HTTP_IDEMPOTENCY_KEYS_ANY);
+
+    if (conf->issuer_ttl != NGX_CONF_UNSET
+        || conf->keys == NGX_HTTP_IDEMPOTENCY_KEYS_ISSUED)
+    {
+        if (conf->store == NULL) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"%s\" needs \"idempotency\" with a store",
+                               conf->issuer_ttl != NGX_CONF_UNSET
+                               ? "idempotency_key_issuer"
+                               : "idempotency_keys issued");
+            return NGX_CONF_ERROR;
+        }
+
+        /* checked in postconfiguration: the store may come later */
+        conf->store->needs_secret = 1;
+    }
 
     if (conf->store == NULL) {
         return NGX_CONF_OK;
@@ -876,6 +918,14 @@ ngx_http_idempotency_init(ngx_conf_t *cf)
                           "(no \"idempotency_store %V ...\") in %s:%ui",
                           &stores[i]->name, &stores[i]->name,
                           stores[i]->conf_file, stores[i]->conf_line);
+            return NGX_ERROR;
+        }
+
+        if (stores[i]->needs_secret && stores[i]->secrets == NULL) {
+            ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                          "idempotency store \"%V\" needs \"secret=\" or "
+                          "\"secret_file=\": a location issues or checks "
+                          "keys with it", &stores[i]->name);
             return NGX_ERROR;
         }
 

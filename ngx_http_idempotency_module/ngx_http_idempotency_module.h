@@ -102,6 +102,7 @@ struct ngx_http_idempotency_store_s {
     u_char                         *conf_file;  /* first reference */
     ngx_uint_t                      conf_line;
     unsigned                        defined:1;
+    unsigned                        needs_secret:1;  /* issued keys */
 };
 
 
@@ -126,6 +127,8 @@ typedef struct {
     size_t                          max_response_size;
     ngx_array_t                    *skip_headers; /* of ngx_str_t */
     ngx_uint_t                      on_store_error;
+    ngx_uint_t                      keys;      /* issue.h: any, issued */
+    time_t                          issuer_ttl; /* UNSET: no issuer */
 } ngx_http_idempotency_loc_conf_t;
 
 

@@ -57,7 +57,13 @@ static ngx_http_idempotency_problem_t  ngx_http_idempotency_problems[] = {
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "scope-missing"),
       ngx_string("Idempotency scope missing"),
       "The idempotency key cannot be scoped to a client for this request "
-      "(no identity); it was not executed." }
+      "(no identity); it was not executed." },
+
+    { NGX_HTTP_BAD_REQUEST,
+      ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "key-not-issued"),
+      ngx_string("Idempotency key not issued"),
+      "This resource only accepts idempotency keys that this server "
+      "issued and that have not expired." }
 };
 
 

@@ -319,13 +319,6 @@ ngx_http_idempotency_store_check(ngx_conf_t *cf,
         return NGX_CONF_ERROR;
     }
 
-    if (store->redis_name.len == 0 && store->secrets) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "idempotency store \"%V\" has a secret but no "
-                           "\"redis=\" server", &store->name);
-        return NGX_CONF_ERROR;
-    }
-
     if (store->shards.nelts == 0) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "idempotency store \"%V\" has no \"mysql=\" "

@@ -921,15 +921,3 @@ idempotency store "main" has "redis=" but no "secret=" or "secret_file=" to sign
 idempotency store "main": a secret must be at least 16 bytes long
 --- no_error_log
 sekrit-t210
-
-
-
-=== TEST 26: a secret without Redis
---- http_config eval
-"idempotency_store main mysql=127.0.0.1:1 user=u database=d"
-. " secret=t210-secret-0123456789;"
---- config
-    location /t { idempotency main; }
---- must_die
---- error_log
-idempotency store "main" has a secret but no "redis=" server
