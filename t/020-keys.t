@@ -68,15 +68,17 @@ the key is longer than 255 bytes
 
 
 
-=== TEST 4: 255 bytes: accepted
+=== TEST 4: 255 bytes: accepted, whole, and replayed
 --- more_headers eval
-"Idempotency-Key: t020-4" . ("k" x 249)
---- request
-POST /orders
-x
---- error_code: 201
---- response_headers
-X-Idem: new
+"Idempotency-Key: " . substr("t020-4" . ("k" x 255), 0, 255)
+--- request eval
+["POST /orders\nx", "POST /orders\nx"]
+--- error_code eval
+[201, 201]
+--- response_headers eval
+["X-Idem: new", "X-Idem: replay"]
+--- response_body_like eval
+['"key":"t020-4k{249}","execution":1,', '"key":"t020-4k{249}","execution":1,']
 --- no_error_log
 [error]
 

@@ -17,19 +17,32 @@ __DATA__
         proxy_pass http://backend;
         add_header X-Idem $idempotency_status always;
     }
+    # the same key, held until the first request has ended: the count is
+    # read only once no execution can still be on its way
+    location /held/ {
+        idempotency main;
+        idempotency_lease 6s;
+        idempotency_wait 10s;
+        idempotency_fingerprint off;
+        proxy_pass http://backend/;
+        add_header X-Idem $idempotency_status always;
+    }
+    location = /count { proxy_pass http://backend/__count; }
 --- init
 bg_request('POST', '/orders?delay=1500', 't030-1', 'x', 0.5);
 --- more_headers
 Idempotency-Key: t030-1
---- request
-POST /orders?delay=1500
-x
---- error_code: 409
---- response_headers_like
-Retry-After: ^1$
-Content-Type: application/problem\+json
-X-Idem: conflict
---- response_body_like: "type":"urn:ngx-idempotency:problem:request-in-progress".*"status":409
+--- request eval
+["POST /orders?delay=1500\nx", "POST /held/orders?delay=1500\nx", "GET /count?key=t030-1"]
+--- error_code eval
+[409, 201, 200]
+--- response_headers_like eval
+["Retry-After: ^1\$\nContent-Type: application/problem\\+json\nX-Idem: conflict",
+ "Idempotent-Replayed: true\nX-Idem: replay", ""]
+--- response_body_like eval
+['"type":"urn:ngx-idempotency:problem:request-in-progress".*"status":409',
+ '"execution":1,', '^1$']
+--- timeout: 15
 --- no_error_log
 [error]
 

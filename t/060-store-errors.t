@@ -173,9 +173,9 @@ Idempotency-Key: t060-6
 
 
 
-=== TEST 7: a pool of one connection and no wait queue serves requests in turn
+=== TEST 7: a pool of one connection and no wait queue: a request that finds it busy gets 503 at once
 --- http_config
-    idempotency_store main mysql=127.0.0.1:$TEST_NGINX_MYSQL_PORT user=$TEST_NGINX_MYSQL_USER password=$TEST_NGINX_MYSQL_PASSWORD database=$TEST_NGINX_MYSQL_DB pool=1 wait_queue=0;
+    idempotency_store main mysql=127.0.0.1:$TEST_NGINX_MYSQL_PORT user=$TEST_NGINX_MYSQL_USER password=$TEST_NGINX_MYSQL_PASSWORD database=$TEST_NGINX_MYSQL_DB pool=1 wait_queue=0 query_timeout=8s purge=off;
     upstream backend { server 127.0.0.1:$TEST_NGINX_BACKEND_PORT; }
 --- config
     location /orders {
@@ -183,14 +183,66 @@ Idempotency-Key: t060-6
         proxy_pass http://backend;
         add_header X-Idem $idempotency_status always;
     }
+    location = /count { proxy_pass http://backend/__count; }
+--- init
+# a session of our own holds the row of key a, uncommitted: the claim of
+# a waits for it in the server, on the only connection of the pool
+my $kh = key_hash('', 't060-7a');
+my $out = server_root() . "/t060-7.lock";
+unlink $out;
+my $cmd = join ' ', map { "'$_'" } 'mariadb', '--no-defaults', '--batch',
+    '--skip-column-names', '--unbuffered', '-h', '127.0.0.1',
+    '-P', $ENV{TEST_NGINX_MYSQL_PORT}, '-u', $ENV{TEST_NGINX_MYSQL_USER},
+    "-p$ENV{TEST_NGINX_MYSQL_PASSWORD}", $ENV{TEST_NGINX_MYSQL_DB};
+open my $lock, '|-', "$cmd > '$out' 2>&1" or die "mariadb: $!";
+$lock->autoflush(1);
+print $lock "BEGIN; INSERT INTO idempotency_keys (key_hash, owner,"
+    . " fingerprint, created_at, lease_until, expires_at) VALUES (X'$kh',"
+    . " X'00000000000000000000000000000007', X'" . ('0' x 64) . "',"
+    . " UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3));"
+    . " SELECT 'locked';\n";
+IdemStress::wait_for('the row lock', 30, sub {
+    open my $fh, '<', $out or return 0; local $/; (<$fh> // '') =~ /locked/
+});
+my $pid = bg_request('POST', '/orders', 't060-7a', 'x', 0);
+IdemStress::wait_for('the claim of key a waiting on the row lock', 30, sub {
+    sql("SELECT COUNT(*) FROM information_schema.PROCESSLIST"
+        . " WHERE COMMAND = 'Query' AND INFO LIKE 'INSERT INTO%'"
+        . " AND ID <> CONNECTION_ID()") =~ /^[1-9]/
+});
+# key b needs the connection while a holds it, and may not queue: it
+# fails at once (were it queued, it would wait for the lock until curl
+# gives up, long before query_timeout)
+my $rb = `curl -s --max-time 5 -w '\\n%{http_code}' -X POST -H 'Idempotency-Key: t060-7b' --data-binary x http://127.0.0.1:@{[port()]}/orders`;
+print $lock "ROLLBACK;\n";
+close $lock;
+unlink $out;
+waitpid($pid, 0);
+like($rb, qr/\n503\z/, 'TEST 7: key b, finding the only connection busy: 503');
+like($rb, qr/"type":"urn:ngx-idempotency:problem:store-unavailable"/,
+     'TEST 7: ... store-unavailable');
+my $log = do {
+    local $/;
+    open my $fh, '<', server_root() . '/logs/error.log' or die "error.log: $!";
+    <$fh>;
+};
+my $id = IdemStress::key_id('t060-7b');
+like($log, qr/claim of key \Q$id\E failed: no free connection \(pool and wait queue full\), rejecting the request/,
+     'TEST 7: ... because the pool and its wait queue were full');
+# a, once the row was free, was claimed, executed and stored
+my $ra = `curl -s -i -X POST -H 'Idempotency-Key: t060-7a' --data-binary x http://127.0.0.1:@{[port()]}/orders`;
+like($ra, qr{^HTTP/1\.1 201 .*^Idempotent-Replayed: true\r$}ms,
+     'TEST 7: key a, claimed once the row was free, is replayed');
 --- more_headers
-Idempotency-Key: t060-7
+Idempotency-Key: t060-7b
 --- request eval
-["POST /orders\nx", "POST /orders\nx"]
+["POST /orders\nx", "GET /count?key=t060-7a", "GET /count?key=t060-7b"]
 --- error_code eval
-[201, 201]
+[201, 200, 200]
 --- response_headers eval
-["X-Idem: new", "X-Idem: replay"]
+["X-Idem: new", "", ""]
+--- response_body_like eval
+['"key":"t060-7b","execution":1,', '^1$', '^1$']
 
 
 

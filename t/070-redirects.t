@@ -142,18 +142,21 @@ Idempotency-Key: t070-5
     }
     location = /mirror {
         internal;
+        # counted apart from the main request
+        proxy_set_header Idempotency-Key t070-6-mirror;
         proxy_pass http://backend/mirrored;
     }
     location = /count { proxy_pass http://backend/__count; }
 --- more_headers
 Idempotency-Key: t070-6
 --- request eval
-["POST /orders\nx", "POST /orders\nx"]
+["POST /orders\nx", "POST /orders\nx", "GET /count?key=t070-6",
+ "GET /count?key=t070-6-mirror"]
 --- error_code eval
-[201, 201]
+[201, 201, 200, 200]
 --- response_headers eval
-["X-Idem: new", "X-Idem: replay"]
+["X-Idem: new", "X-Idem: replay", "", ""]
 --- response_body_like eval
-['"uri":"/orders"', '"uri":"/orders"']
+['"uri":"/orders"', '"uri":"/orders"', '^1$', '^1$']
 --- no_error_log
 [error]

@@ -53,6 +53,24 @@ Idempotency-Key: t080-1
 
 
 
+=== TEST 2b: keepalive: several keys over one connection, each executed once
+--- more_headers eval
+[(map { "Idempotency-Key: t080-2b-$_" } 1, 2, 3, 1, 2, 3), ("") x 3]
+--- pipelined_requests eval
+[("POST /orders\nx") x 6, map { "GET /count?key=t080-2b-$_" } 1, 2, 3]
+--- error_code eval
+[(201) x 6, (200) x 3]
+--- response_headers eval
+[("X-Idem: new") x 3, ("X-Idem: replay\nIdempotent-Replayed: true") x 3,
+ ("") x 3]
+--- response_body_like eval
+[(map { "\"key\":\"t080-2b-$_\",\"execution\":1," } 1, 2, 3, 1, 2, 3),
+ ('^1$') x 3]
+--- no_error_log
+[error]
+
+
+
 === TEST 3: HTTP/2: first request and a byte-identical replay
 --- http_config eval
 IdemTest::store_config() . "server {\n listen 127.0.0.1:" . (IdemTest::port() + 1) . " http2;\n"

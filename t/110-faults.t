@@ -106,6 +106,7 @@ sub http_conf {
             idempotency_store_5xx on;
             proxy_pass http://backend;
         }
+        location = /metrics { idempotency_metrics; }
     }
 HTTP
 }
@@ -743,6 +744,44 @@ scenario(sub { under_load('nginx -s reload under load', sub {
         @old = $ngx->workers;
     }
     return 'two reloads';
+}) });
+
+# the counters of store "f" that only ever grow: requests of every
+# status, and claims
+sub f_counters {
+    my $r = http_one(port => $P, method => 'GET', uri => '/metrics');
+    return undef if $r->{error} || ($r->{status} // 0) != 200;
+    my ($req, $claims) = (0, 0);
+    for (split /\n/, $r->{body}) {
+        $req += $1 if /^nginx_idempotency_requests_total\{store="f",[^}]*\} (\d+)$/;
+        $claims += $1 if /^nginx_idempotency_store_operations_total\{store="f",operation="claim",[^}]*\} (\d+)$/;
+    }
+    return [$req, $claims];
+}
+
+scenario(sub { under_load('nginx -s reload every second under load', sub {
+    my $m = $ngx->master;
+    my @seen = (f_counters());
+    for (1 .. 8) {
+        $ngx->signal('HUP');
+        sleep 1;
+        $ngx->check_master($m);
+        push @seen, f_counters();
+    }
+    wait_for('the old workers to exit', 90, sub {
+        !grep { IdemStress::read_file("/proc/$_/cmdline") =~ /shutting/ }
+              $ngx->workers;
+    }, 0.2);
+    push @seen, f_counters();
+    my @bad = grep { !defined $seen[$_] || !defined $seen[$_ - 1]
+                     || $seen[$_][0] < $seen[$_ - 1][0]
+                     || $seen[$_][1] < $seen[$_ - 1][1] } 1 .. $#seen;
+    ok(!@bad && $seen[-1][0] > $seen[0][0],
+       'reload every second: the metrics never went back')
+        or diag(join ', ', map { defined $_ ? "@$_" : 'no answer' } @seen);
+    return sprintf('8 reloads a second apart; requests counted %d -> %d, '
+                   . 'claims %d -> %d, never decreasing', $seen[0][0],
+                   $seen[-1][0], $seen[0][1], $seen[-1][1]);
 }) });
 
 scenario(sub { under_load('binary upgrade (USR2 + QUIT) under load', sub {

@@ -154,6 +154,14 @@ the key is longer than 255 bytes
 
 
 === TEST 5: empty header value: 400, never upstream
+--- config
+    add_header X-Idem $idempotency_status always;
+    location /orders {
+        idempotency main;
+        proxy_pass http://backend;
+        # what the backend would count it under, were it forwarded
+        proxy_set_header Idempotency-Key "t120-5$http_idempotency_key";
+    }
 --- raw_request eval
 main::raw_post('/orders', 'Idempotency-Key:')
 --- error_code: 400
@@ -163,6 +171,24 @@ X-Idem: invalid
 --- response_body_like: "type":"urn:ngx-idempotency:problem:key-invalid"
 --- error_log
 the key is empty
+
+
+
+=== TEST 5a: ... the backend never saw it, though it counts the same request sent past the module
+--- config
+    location /plain {
+        proxy_pass http://backend;
+        proxy_set_header Idempotency-Key "t120-5$http_idempotency_key";
+    }
+    location = /count { proxy_pass http://backend/__count; }
+--- more_headers eval
+["", "Idempotency-Key:", ""]
+--- request eval
+["GET /count?key=t120-5", "POST /plain\nx", "GET /count?key=t120-5"]
+--- error_code eval
+[200, 201, 200]
+--- response_body_like eval
+['^0$', '"key":"t120-5"', '^1$']
 
 
 

@@ -81,14 +81,20 @@ __DATA__
 --- http_config eval
 main::shards_config("127.0.0.1:$main::M1", "127.0.0.1:$main::M2")
 --- more_headers eval
-[map { "Idempotency-Key: $_" } @main::S0[0, 1], @main::S1[0, 1],
-                                @main::S0[0, 1], @main::S1[0, 1]]
+[(map { "Idempotency-Key: $_" } @main::S0[0, 1], @main::S1[0, 1],
+                                 @main::S0[0, 1], @main::S1[0, 1]),
+ ("") x 4]
 --- request eval
-[("POST /orders\nx") x 8]
+[("POST /orders\nx") x 8,
+ map { "GET /count?key=$_" } @main::S0[0, 1], @main::S1[0, 1]]
 --- error_code eval
-[(201) x 8]
+[(201) x 8, (200) x 4]
 --- response_headers eval
-[("X-Idem: new") x 4, ("X-Idem: replay") x 4]
+[("X-Idem: new") x 4, ("X-Idem: replay") x 4, ("") x 4]
+--- response_body_like eval
+[(map { "\"key\":\"$_\",\"execution\":1," } @main::S0[0, 1], @main::S1[0, 1],
+                                                @main::S0[0, 1], @main::S1[0, 1]),
+ ('^1$') x 4]
 --- no_error_log
 [error]
 

@@ -7,6 +7,7 @@ use lib 't';
 use Test::Nginx::Socket 'no_plan';
 use IdemTest;
 use TierTest;
+use File::Temp ();
 use Time::HiRes ();
 
 sub scrape { http_req(method => 'GET', uri => '/metrics')->{body} }
@@ -80,13 +81,16 @@ ok(defined main::metric($m, 'nginx_idempotency_mysql_connections',
 is(main::metric($m, 'nginx_idempotency_keys_in_progress', store => 'main'),
    0, 'no key in progress');
 unlike($m, qr/t330-1/, 'no key in the output');
-# promtool comes with Debian's prometheus package (scripts/deps.sh)
-my $f = "$ENV{TEST_NGINX_SERVROOT}/metrics.txt";
-open my $fh, '>', $f or die;
+# promtool comes with Debian's prometheus package (scripts/deps.sh); the
+# file is not in servroot, which the real Test::Nginx must be able to
+# remove
+my ($fh, $f) = File::Temp::tempfile('idem-metrics-XXXXXX', TMPDIR => 1,
+                                    UNLINK => 1);
 print $fh $m;
 close $fh;
 my $out = `promtool check metrics < $f 2>&1`;
 is($? >> 8, 0, "promtool check metrics: $out");
+unlink $f;
 --- request
 GET /metrics
 --- response_headers

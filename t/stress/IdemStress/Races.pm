@@ -62,8 +62,8 @@ sub run_scenario {
     my $uri = "$path?delay=" . ($o{delay} // 200);
     (my $tag = "race-$$-" . int(time) . "-$name") =~ s/[^A-Za-z0-9-]+/-/g;
 
-    my %st = (name => $name, keys => $nkeys, requests => 0, n409 => 0,
-              nreplay => 0, executions => 0, problems => [],
+    my %st = (name => $name, keys => $nkeys, requests => 0, answered => 0,
+              n409 => 0, nreplay => 0, executions => 0, problems => [],
               instances => scalar @$ports);
     my $p = $st{problems};
     my $t0 = time;
@@ -88,6 +88,8 @@ sub run_scenario {
 
         my @res = http_many(\@reqs, timeout => 180);
         $st{requests} += @reqs;
+        # an answer: a whole response with a status line, no transport error
+        $st{answered} += grep { !$_->{error} && $_->{status} } @res;
 
         my %seen;
         for my $i (0 .. $#res) {
