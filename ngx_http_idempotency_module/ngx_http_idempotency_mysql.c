@@ -144,6 +144,8 @@ static void ngx_http_idempotency_mysql_enqueue(
 
 static ngx_int_t ngx_http_idempotency_mysql_open(
     ngx_http_idempotency_mysql_pool_t *pool, ngx_http_idempotency_op_t *op);
+static MYSQL *ngx_http_idempotency_mysql_handle(
+    ngx_http_idempotency_shard_t *shard);
 static ngx_int_t ngx_http_idempotency_mysql_ssl(MYSQL *mysql,
     ngx_http_idempotency_store_t *store);
 static int ngx_http_idempotency_mysql_handshake_wait(my_socket s,
@@ -595,7 +597,6 @@ ngx_http_idempotency_mysql_open(ngx_http_idempotency_mysql_pool_t *pool,
     MYSQL                              *mysql;
     ngx_int_t                           rc;
     ngx_queue_t                        *q;
-    unsigned int                        protocol, off;
     ngx_http_idempotency_shard_t       *shard;
     ngx_http_idempotency_store_t       *store;
     ngx_http_idempotency_mysql_conn_t  *conn;
@@ -617,38 +618,14 @@ ngx_http_idempotency_mysql_open(ngx_http_idempotency_mysql_pool_t *pool,
         }
     }
 
-    mysql = mysql_init(NULL);
+    mysql = ngx_http_idempotency_mysql_handle(shard);
     if (mysql == NULL) {
         ngx_queue_insert_head(&pool->spare, &conn->queue);
         goto failed;
     }
 
-    if (shard->socket.len) {
-        protocol = MYSQL_PROTOCOL_SOCKET;
-        host = NULL;
-        sock = (char *) shard->socket.data;
-
-    } else {
-        protocol = MYSQL_PROTOCOL_TCP;
-        host = (char *) shard->host.data;
-        sock = NULL;
-    }
-
-    off = 0;
-
-    if (mysql_options(mysql, MYSQL_OPT_NONBLOCK, 0) != 0
-        || mysql_options(mysql, MYSQL_OPT_PROTOCOL, &protocol) != 0
-        || mysql_options(mysql, MYSQL_OPT_LOCAL_INFILE, &off) != 0
-        || mysql_options(mysql, MYSQL_SET_CHARSET_NAME, "utf8mb4") != 0
-        || mysql_options(mysql, MYSQL_INIT_COMMAND,
-                         NGX_HTTP_IDEMPOTENCY_MYSQL_INIT_COMMAND) != 0
-        || ngx_http_idempotency_mysql_ssl(mysql, store) != NGX_OK)
-    {
-        /* never connected: returns at once, only frees memory */
-        (void) mysql_close_start(mysql);
-        ngx_queue_insert_head(&pool->spare, &conn->queue);
-        goto failed;
-    }
+    host = shard->socket.len ? NULL : (char *) shard->host.data;
+    sock = shard->socket.len ? (char *) shard->socket.data : NULL;
 
     conn->pool = pool;
     conn->mysql = mysql;
@@ -722,6 +699,44 @@ failed:
     }
 
     return NGX_ERROR;
+}
+
+
+/*
+ * A client handle with every option the module relies on: non-blocking,
+ * no LOCAL INFILE, the session set on connect, TLS as configured; NULL
+ * on failure.
+ */
+
+static MYSQL *
+ngx_http_idempotency_mysql_handle(ngx_http_idempotency_shard_t *shard)
+{
+    MYSQL         *mysql;
+    unsigned int   protocol, off;
+
+    mysql = mysql_init(NULL);
+    if (mysql == NULL) {
+        return NULL;
+    }
+
+    protocol = shard->socket.len ? MYSQL_PROTOCOL_SOCKET
+                                 : MYSQL_PROTOCOL_TCP;
+    off = 0;
+
+    if (mysql_options(mysql, MYSQL_OPT_NONBLOCK, 0) != 0
+        || mysql_options(mysql, MYSQL_OPT_PROTOCOL, &protocol) != 0
+        || mysql_options(mysql, MYSQL_OPT_LOCAL_INFILE, &off) != 0
+        || mysql_options(mysql, MYSQL_SET_CHARSET_NAME, "utf8mb4") != 0
+        || mysql_options(mysql, MYSQL_INIT_COMMAND,
+                         NGX_HTTP_IDEMPOTENCY_MYSQL_INIT_COMMAND) != 0
+        || ngx_http_idempotency_mysql_ssl(mysql, shard->store) != NGX_OK)
+    {
+        /* never connected: returns at once, only frees memory */
+        (void) mysql_close_start(mysql);
+        return NULL;
+    }
+
+    return mysql;
 }
 
 

@@ -46,6 +46,8 @@ sub nginx_http {
             proxy_pass http://backend;
             add_header X-Idem \$idempotency_status always;
         }
+
+        location = /metrics { idempotency_metrics; }
     }
 HTTP
 }
