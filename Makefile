@@ -7,6 +7,8 @@
 #   make run          demo on http://127.0.0.1:8080 (make stop to end it)
 #   make NGINX_SRC=/path/to/nginx-x.y.z
 #                     build against an upstream nginx source tree instead
+#   make deb          the Debian package libnginx-mod-http-idempotency in
+#                     build/deb/ (make test-deb tries it in the system nginx)
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := all
@@ -53,8 +55,8 @@ else
 endif
 
 .PHONY: all build deps services services-stop run stop test test-valgrind \
-        stress stress-short bench bench-shards test-galera fuzz test-asan \
-        clean distclean help FORCE
+        stress stress-short dashboard bench bench-shards test-galera fuzz \
+        test-asan deb test-deb clean distclean help FORCE
 
 all: build  ## build the module (the default)
 
@@ -205,6 +207,9 @@ stress: deps build services  ## the long race run (30 000 duplicates)
 stress-short: deps build services  ## the short races and the faults, with figures
 	@env $(TEST_ENV) PROVE_FLAGS=-v scripts/run-tests.sh t/100-races.t t/110-faults.t
 
+dashboard: deps build services  ## make stress with its metrics scraped: docs/operations.png
+	@env $(TEST_ENV) bench/dashboard.sh
+
 # first-request throughput with 1 vs 2 MySQL shards (docs/scale-out.md)
 
 bench-shards: deps build services  ## first-request throughput with 1 and 2 shards
@@ -243,6 +248,21 @@ fuzz: deps  ## the libFuzzer targets, FUZZ_SECONDS each
 test-asan: deps services  ## the suite with nginx and the module under ASan/UBSan
 	@scripts/asan.sh build
 	@env $(TEST_ENV) scripts/asan.sh test $(TEST_FILES)
+
+# the Debian package (debian/, built with nginx-dev's dh-sequence-nginx like
+# Debian's own libnginx-mod-* packages; version from debian/changelog):
+# `make deb` builds build/deb/libnginx-mod-http-idempotency_*.deb and runs
+# lintian on it (scripts/deb.sh); `make test-deb` installs it into the
+# system's nginx with apt-get, runs nginx -t, serves a claim and a replay
+# through /usr/sbin/nginx on a free port with the private MariaDB, then
+# purges it (scripts/test-deb.sh; not part of `make test`).  Both take
+# /tmp/idem-make.lock.
+
+deb:  ## build the Debian package into build/deb/, lintian-checked
+	@scripts/deb.sh
+
+test-deb: deps deb services  ## install the .deb into the system nginx, claim + replay, purge
+	@scripts/test-deb.sh
 
 # ---------------------------------------------------------------- clean
 
