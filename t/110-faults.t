@@ -784,18 +784,36 @@ scenario(sub { under_load('nginx -s reload every second under load', sub {
                    $seen[-1][0], $seen[0][1], $seen[-1][1]);
 }) });
 
-scenario(sub { under_load('binary upgrade (USR2 + QUIT) under load', sub {
+scenario(sub { under_load('binary upgrade (USR2 + WINCH + QUIT) under load',
+                          sub {
     my $old = $ngx->master;
+    my $scrapes = 0;
+    my $missed = 0;
+    my $scrape = sub { $scrapes++; $missed++ unless f_counters() };
     $ngx->signal('USR2');
     wait_for('the new master', 30, sub {
         $ngx->check_master($old);
+        $scrape->();
         my $m = $ngx->master;
         $m && $m != $old && $ngx->workers == 2;
     }, 0.1);
+
+    # the old workers stop taking connections and finish what they have
+    # (their completions included); then the old master goes
+    kill 'WINCH', $old;
+    wait_for('the old workers to exit', 90, sub {
+        $scrape->();
+        !grep { IdemStress::read_file("/proc/$_/cmdline") =~ /worker/ }
+              IdemStress::children_of($old);
+    }, 0.1);
     kill 'QUIT', $old;
-    wait_for('the old master to exit', 90,
-             sub { !IdemStress::proc_alive($old) }, 0.1);
-    return "master $old replaced by " . $ngx->master;
+    wait_for('the old master to exit', 90, sub {
+        $scrape->();
+        !IdemStress::proc_alive($old);
+    }, 0.1);
+    is($missed, 0, "binary upgrade: /metrics answered all $scrapes scrapes");
+    return "master $old replaced by " . $ngx->master
+           . ", /metrics answered $scrapes scrapes during the upgrade";
 }) });
 
 # --------------------------------------- 8. outage shorter than the lease
