@@ -26,9 +26,6 @@ u_char *
 ngx_http_idempotency_entry_head(u_char *p, ngx_uint_t flags,
     u_char *fingerprint, time_t expires, size_t record_len)
 {
-    ngx_uint_t  i;
-    uint64_t    t;
-
     p = ngx_cpymem(p, NGX_HTTP_IDEMPOTENCY_ENTRY_MAGIC,
                    sizeof(NGX_HTTP_IDEMPOTENCY_ENTRY_MAGIC) - 1);
     *p++ = NGX_HTTP_IDEMPOTENCY_ENTRY_VERSION;
@@ -37,11 +34,7 @@ ngx_http_idempotency_entry_head(u_char *p, ngx_uint_t flags,
     *p++ = 0;
     *p++ = 0;
 
-    t = (uint64_t) (expires > 0 ? expires : 0);
-
-    for (i = 0; i < 8; i++) {
-        *p++ = (u_char) (t >> (56 - 8 * i));
-    }
+    p = ngx_http_idempotency_put_be(p, expires > 0 ? expires : 0, 8);
 
     if (flags & NGX_HTTP_IDEMPOTENCY_ENTRY_FP) {
         p = ngx_cpymem(p, fingerprint, NGX_HTTP_IDEMPOTENCY_HASH_LEN);
@@ -51,12 +44,7 @@ ngx_http_idempotency_entry_head(u_char *p, ngx_uint_t flags,
         p += NGX_HTTP_IDEMPOTENCY_HASH_LEN;
     }
 
-    *p++ = (u_char) (record_len >> 24);
-    *p++ = (u_char) (record_len >> 16);
-    *p++ = (u_char) (record_len >> 8);
-    *p++ = (u_char) record_len;
-
-    return p;
+    return ngx_http_idempotency_put_be(p, record_len, 4);
 }
 
 
@@ -98,11 +86,8 @@ ngx_http_idempotency_entry_parse(ngx_pool_t *pool, u_char *data, size_t len,
     e->flags = p[4];
     p += 8;
 
-    t = 0;
-
-    for (i = 0; i < 8; i++) {
-        t = (t << 8) | *p++;
-    }
+    t = ngx_http_idempotency_get_be(p, 8);
+    p += 8;
 
     if (t == 0 || t > (uint64_t) NGX_MAX_TIME_T_VALUE) {
         *why = "bad expiry";
@@ -124,16 +109,13 @@ ngx_http_idempotency_entry_parse(ngx_pool_t *pool, u_char *data, size_t len,
 
     p += NGX_HTTP_IDEMPOTENCY_HASH_LEN;
 
-    rlen = ((size_t) p[0] << 24) | (p[1] << 16) | (p[2] << 8) | p[3];
+    rlen = ngx_http_idempotency_get_be(p, 4);
     p += 4;
 
     if (rlen != len - NGX_HTTP_IDEMPOTENCY_ENTRY_HEAD_LEN) {
         *why = "record length does not match";
         return NGX_ERROR;
     }
-
-    e->raw.data = p;
-    e->raw.len = rlen;
 
     if (ngx_http_idempotency_record_parse(pool, p, rlen, &e->record)
         != NGX_OK)

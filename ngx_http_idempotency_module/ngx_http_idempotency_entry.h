@@ -51,7 +51,6 @@ typedef struct {
     ngx_uint_t                      flags;
     time_t                          expires;
     u_char                         *fingerprint;  /* into the entry */
-    ngx_str_t                       raw;          /* the record, ditto */
     ngx_http_idempotency_record_t   record;
 } ngx_http_idempotency_entry_t;
 

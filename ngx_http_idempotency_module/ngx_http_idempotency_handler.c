@@ -1037,7 +1037,7 @@ ngx_http_idempotency_respond(ngx_http_request_t *r,
         break;
 
     case NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM:
-        rc = ngx_http_idempotency_problem(r, ctx->problem, NULL,
+        rc = ngx_http_idempotency_problem(r, ctx->problem,
                                           ctx->retry_after);
         break;
 
@@ -1378,8 +1378,7 @@ ngx_http_idempotency_shard(ngx_http_idempotency_store_t *store,
     /* the first four bytes of the key hash, big-endian, modulo the
      * number of servers: stable for a given ordered server list */
 
-    h = ((uint32_t) key_hash[0] << 24) | (key_hash[1] << 16)
-        | (key_hash[2] << 8) | key_hash[3];
+    h = ngx_http_idempotency_get_be(key_hash, 4);
 
     return &shards[h % store->shards.nelts];
 }

@@ -9,6 +9,7 @@
 
 #include "ngx_http_idempotency_issue.h"
 #include "ngx_http_idempotency_entry.h"
+#include "ngx_http_idempotency_record.h"
 
 
 #define NGX_HTTP_IDEMPOTENCY_ISSUED_PREFIX   "ik1."
@@ -173,9 +174,7 @@ ngx_http_idempotency_issue_make(ngx_http_idempotency_store_t *store,
 {
     void       **secrets;
     u_char      *p;
-    uint64_t     t;
     ngx_str_t    src, dst;
-    ngx_uint_t   i;
     u_char       raw[NGX_HTTP_IDEMPOTENCY_ISSUED_RAW];
     u_char       tag[NGX_HTTP_IDEMPOTENCY_ENTRY_TAG_LEN];
 
@@ -183,11 +182,7 @@ ngx_http_idempotency_issue_make(ngx_http_idempotency_store_t *store,
         return NGX_ERROR;
     }
 
-    t = (uint64_t) expires;
-
-    for (i = 0; i < 8; i++) {
-        raw[16 + i] = (u_char) (t >> (56 - 8 * i));
-    }
+    (void) ngx_http_idempotency_put_be(raw + 16, expires, 8);
 
     secrets = store->secrets->elts;
 
@@ -221,7 +216,6 @@ ngx_http_idempotency_issued(ngx_http_idempotency_store_t *store,
 {
     void       **secrets;
     u_char      *p;
-    uint64_t     t;
     ngx_str_t    src, dst;
     ngx_uint_t   i;
     u_char       raw[NGX_HTTP_IDEMPOTENCY_ISSUED_RAW];
@@ -298,13 +292,7 @@ ngx_http_idempotency_issued(ngx_http_idempotency_store_t *store,
         return NGX_DECLINED;
     }
 
-    t = 0;
-
-    for (i = 0; i < 8; i++) {
-        t = (t << 8) | raw[16 + i];
-    }
-
-    if (t <= (uint64_t) ngx_time()) {
+    if (ngx_http_idempotency_get_be(raw + 16, 8) <= (uint64_t) ngx_time()) {
         *why = "the key has expired";
         return NGX_DECLINED;
     }

@@ -8,6 +8,7 @@
 #include <openssl/evp.h>
 
 #include "ngx_http_idempotency_key.h"
+#include "ngx_http_idempotency_record.h"
 
 
 static EVP_MD_CTX *ngx_http_idempotency_sha256(void);
@@ -204,10 +205,7 @@ ngx_http_idempotency_key_hash(ngx_str_t *scope, ngx_str_t *key, u_char *out)
 
     /* the scope's length first, so ("ab", "c") and ("a", "bc") differ */
 
-    len[0] = (u_char) (scope->len >> 24);
-    len[1] = (u_char) (scope->len >> 16);
-    len[2] = (u_char) (scope->len >> 8);
-    len[3] = (u_char) scope->len;
+    (void) ngx_http_idempotency_put_be(len, scope->len, 4);
 
     if (EVP_DigestUpdate(md, "idempotency-key/1", 17) == 1
         && EVP_DigestUpdate(md, len, 4) == 1

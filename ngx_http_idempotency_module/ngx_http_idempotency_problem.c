@@ -7,11 +7,13 @@
 #include "ngx_http_idempotency_problem.h"
 
 
+/* the texts are the module's own: no character of them needs escaping
+ * in JSON */
 typedef struct {
     ngx_uint_t   status;
     ngx_str_t    type;
     ngx_str_t    title;
-    const char  *detail;
+    ngx_str_t    detail;
 } ngx_http_idempotency_problem_t;
 
 
@@ -22,61 +24,57 @@ static ngx_http_idempotency_problem_t  ngx_http_idempotency_problems[] = {
     { NGX_HTTP_BAD_REQUEST,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "key-missing"),
       ngx_string("Idempotency key missing"),
-      "This resource requires an idempotency key header." },
+      ngx_string("This resource requires an idempotency key header.") },
 
     { NGX_HTTP_BAD_REQUEST,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "key-invalid"),
       ngx_string("Idempotency key invalid"),
-      "The idempotency key header is malformed." },
+      ngx_string("The idempotency key header is malformed.") },
 
     { 422,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "key-reused"),
       ngx_string("Idempotency key reused"),
-      "This idempotency key was already used for a different request "
-      "(method, URI or body differ)." },
+      ngx_string("This idempotency key was already used for a different "
+                 "request (method, URI or body differ).") },
 
     { NGX_HTTP_CONFLICT,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "request-in-progress"),
       ngx_string("Request in progress"),
-      "A request with this idempotency key is still being processed; "
-      "retry later." },
+      ngx_string("A request with this idempotency key is still being "
+                 "processed; retry later.") },
 
     { 410,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "response-not-stored"),
       ngx_string("Response not stored"),
-      "A request with this idempotency key was already executed, but its "
-      "response could not be stored; it is not executed again." },
+      ngx_string("A request with this idempotency key was already "
+                 "executed, but its response could not be stored; it is "
+                 "not executed again.") },
 
     { NGX_HTTP_SERVICE_UNAVAILABLE,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "store-unavailable"),
       ngx_string("Idempotency store unavailable"),
-      "The idempotency key could not be checked; the request was not "
-      "executed.  Retry later." },
+      ngx_string("The idempotency key could not be checked; the request "
+                 "was not executed.  Retry later.") },
 
     { NGX_HTTP_BAD_REQUEST,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "scope-missing"),
       ngx_string("Idempotency scope missing"),
-      "The idempotency key cannot be scoped to a client for this request "
-      "(no identity); it was not executed." },
+      ngx_string("The idempotency key cannot be scoped to a client for "
+                 "this request (no identity); it was not executed.") },
 
     { NGX_HTTP_BAD_REQUEST,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "key-not-issued"),
       ngx_string("Idempotency key not issued"),
-      "This resource only accepts idempotency keys that this server "
-      "issued and that have not expired." }
+      ngx_string("This resource only accepts idempotency keys that this "
+                 "server issued and that have not expired.") }
 };
-
-
-static u_char *ngx_http_idempotency_json_escape(u_char *d, u_char *s,
-    size_t len);
 
 
 ngx_int_t
 ngx_http_idempotency_problem(ngx_http_request_t *r,
-    ngx_http_idempotency_problem_e problem, const char *detail,
-    time_t retry_after)
+    ngx_http_idempotency_problem_e problem, time_t retry_after)
 {
-    size_t                           len, dlen;
+    size_t                           len;
     ngx_int_t                        rc;
     ngx_buf_t                       *b;
     ngx_chain_t                      out;
@@ -85,18 +83,12 @@ ngx_http_idempotency_problem(ngx_http_request_t *r,
 
     p = &ngx_http_idempotency_problems[problem];
 
-    if (detail == NULL) {
-        detail = p->detail;
-    }
-
-    dlen = ngx_strlen(detail);
-
     if (ngx_http_discard_request_body(r) != NGX_OK) {
         r->keepalive = 0;
     }
 
     len = sizeof("{\"type\":\"\",\"title\":\"\",\"status\":,\"detail\":\"\"}\n")
-          - 1 + p->type.len + p->title.len + NGX_INT_T_LEN + 6 * dlen;
+          - 1 + p->type.len + p->title.len + NGX_INT_T_LEN + p->detail.len;
 
     b = ngx_create_temp_buf(r->pool, len);
     if (b == NULL) {
@@ -105,12 +97,9 @@ ngx_http_idempotency_problem(ngx_http_request_t *r,
 
     b->last = ngx_sprintf(b->last,
                           "{\"type\":\"%V\",\"title\":\"%V\","
-                          "\"status\":%ui,\"detail\":\"",
-                          &p->type, &p->title, p->status);
-    b->last = ngx_http_idempotency_json_escape(b->last, (u_char *) detail,
-                                               dlen);
-    b->last = ngx_cpymem(b->last, "\"}\n", 3);
-    b->last_buf = (r == r->main) ? 1 : 0;
+                          "\"status\":%ui,\"detail\":\"%V\"}\n",
+                          &p->type, &p->title, p->status, &p->detail);
+    b->last_buf = 1;
     b->last_in_chain = 1;
 
     r->headers_out.status = p->status;
@@ -152,35 +141,4 @@ ngx_http_idempotency_problem(ngx_http_request_t *r,
     out.next = NULL;
 
     return ngx_http_output_filter(r, &out);
-}
-
-
-static u_char *
-ngx_http_idempotency_json_escape(u_char *d, u_char *s, size_t len)
-{
-    u_char  c;
-
-    static u_char  hex[] = "0123456789abcdef";
-
-    while (len--) {
-        c = *s++;
-
-        if (c == '"' || c == '\\') {
-            *d++ = '\\';
-            *d++ = c;
-
-        } else if (c < 0x20) {
-            *d++ = '\\';
-            *d++ = 'u';
-            *d++ = '0';
-            *d++ = '0';
-            *d++ = hex[c >> 4];
-            *d++ = hex[c & 0xf];
-
-        } else {
-            *d++ = c;
-        }
-    }
-
-    return d;
 }

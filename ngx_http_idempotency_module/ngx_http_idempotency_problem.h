@@ -24,13 +24,12 @@ typedef enum {
 
 
 /*
- * Sends the problem response; detail may be NULL for the default one.
- * retry_after > 0 adds Retry-After.  Returns what the output filters
- * returned, for ngx_http_finalize_request().
+ * Sends the problem response of the main request; retry_after > 0 adds
+ * Retry-After.  Returns what the output filters returned, for
+ * ngx_http_finalize_request().
  */
 ngx_int_t ngx_http_idempotency_problem(ngx_http_request_t *r,
-    ngx_http_idempotency_problem_e problem, const char *detail,
-    time_t retry_after);
+    ngx_http_idempotency_problem_e problem, time_t retry_after);
 
 
 #endif /* _NGX_HTTP_IDEMPOTENCY_PROBLEM_H_INCLUDED_ */

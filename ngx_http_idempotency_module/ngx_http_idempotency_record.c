@@ -33,8 +33,6 @@ static ngx_uint_t ngx_http_idempotency_skip(ngx_array_t *skip,
     ngx_str_t *name);
 static const char *ngx_http_idempotency_header_bad(ngx_str_t *name,
     ngx_str_t *value);
-static u_char *ngx_http_idempotency_put16(u_char *p, size_t n);
-static u_char *ngx_http_idempotency_put32(u_char *p, size_t n);
 
 
 static ngx_str_t  ngx_http_idempotency_content_type =
@@ -69,8 +67,8 @@ ngx_http_idempotency_record_head(ngx_http_request_t *r, ngx_pool_t *pool,
 
     p = ngx_cpymem(p, NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC,
                    sizeof(NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC) - 1);
-    p = ngx_http_idempotency_put16(p, r->headers_out.status);
-    p = ngx_http_idempotency_put16(p, n);
+    p = ngx_http_idempotency_put_be(p, r->headers_out.status, 2);
+    p = ngx_http_idempotency_put_be(p, n, 2);
 
     if (r->headers_out.status_line.len) {
         p = ngx_http_idempotency_put_field(p, &ngx_http_idempotency_status,
@@ -81,11 +79,12 @@ ngx_http_idempotency_record_head(ngx_http_request_t *r, ngx_pool_t *pool,
     /* the same Content-Type line the header filter would write */
 
     if (ctlen) {
-        p = ngx_http_idempotency_put16(p,
-                                       ngx_http_idempotency_content_type.len);
+        p = ngx_http_idempotency_put_be(p,
+                                        ngx_http_idempotency_content_type.len,
+                                        2);
         p = ngx_cpymem(p, ngx_http_idempotency_content_type.data,
                        ngx_http_idempotency_content_type.len);
-        p = ngx_http_idempotency_put32(p, ctlen);
+        p = ngx_http_idempotency_put_be(p, ctlen, 4);
         p = ngx_cpymem(p, r->headers_out.content_type.data,
                        r->headers_out.content_type.len);
 
@@ -236,9 +235,9 @@ static u_char *
 ngx_http_idempotency_put_field(u_char *p, ngx_str_t *name, u_char *value,
     size_t len)
 {
-    p = ngx_http_idempotency_put16(p, name->len);
+    p = ngx_http_idempotency_put_be(p, name->len, 2);
     p = ngx_cpymem(p, name->data, name->len);
-    p = ngx_http_idempotency_put32(p, len);
+    p = ngx_http_idempotency_put_be(p, len, 4);
 
     return ngx_cpymem(p, value, len);
 }
@@ -247,7 +246,7 @@ ngx_http_idempotency_put_field(u_char *p, ngx_str_t *name, u_char *value,
 void
 ngx_http_idempotency_record_body_len(u_char *p, size_t len)
 {
-    (void) ngx_http_idempotency_put32(p, len);
+    (void) ngx_http_idempotency_put_be(p, len, 4);
 }
 
 
@@ -274,8 +273,8 @@ ngx_http_idempotency_record_parse(ngx_pool_t *pool, u_char *data, size_t len,
         return NGX_ERROR;
     }
 
-    rec->status = (p[4] << 8) | p[5];
-    n = (p[6] << 8) | p[7];
+    rec->status = ngx_http_idempotency_get_be(p + 4, 2);
+    n = ngx_http_idempotency_get_be(p + 6, 2);
     p += 8;
 
     if (rec->status < 100 || rec->status > 999) {
@@ -302,7 +301,7 @@ ngx_http_idempotency_record_parse(ngx_pool_t *pool, u_char *data, size_t len,
         }
 
         ngx_http_idempotency_need(2);
-        size = (p[0] << 8) | p[1];
+        size = ngx_http_idempotency_get_be(p, 2);
         p += 2;
 
         ngx_http_idempotency_need(size);
@@ -316,7 +315,7 @@ ngx_http_idempotency_record_parse(ngx_pool_t *pool, u_char *data, size_t len,
         p += size;
 
         ngx_http_idempotency_need(4);
-        size = ((size_t) p[0] << 24) | (p[1] << 16) | (p[2] << 8) | p[3];
+        size = ngx_http_idempotency_get_be(p, 4);
         p += 4;
 
         ngx_http_idempotency_need(size);
@@ -326,7 +325,7 @@ ngx_http_idempotency_record_parse(ngx_pool_t *pool, u_char *data, size_t len,
     }
 
     ngx_http_idempotency_need(4);
-    size = ((size_t) p[0] << 24) | (p[1] << 16) | (p[2] << 8) | p[3];
+    size = ngx_http_idempotency_get_be(p, 4);
     p += 4;
 
     if ((size_t) (last - p) != size) {
@@ -536,23 +535,29 @@ ngx_http_idempotency_skip(ngx_array_t *skip, ngx_str_t *name)
 }
 
 
-static u_char *
-ngx_http_idempotency_put16(u_char *p, size_t n)
+/* the module's formats (record, entry, issued key) are big-endian */
+
+u_char *
+ngx_http_idempotency_put_be(u_char *p, uint64_t v, size_t n)
 {
-    *p++ = (u_char) (n >> 8);
-    *p++ = (u_char) n;
+    while (n--) {
+        *p++ = (u_char) (v >> (8 * n));
+    }
 
     return p;
 }
 
 
-static u_char *
-ngx_http_idempotency_put32(u_char *p, size_t n)
+uint64_t
+ngx_http_idempotency_get_be(u_char *p, size_t n)
 {
-    *p++ = (u_char) (n >> 24);
-    *p++ = (u_char) (n >> 16);
-    *p++ = (u_char) (n >> 8);
-    *p++ = (u_char) n;
+    uint64_t  v;
 
-    return p;
+    v = 0;
+
+    while (n--) {
+        v = (v << 8) | *p++;
+    }
+
+    return v;
 }

@@ -59,4 +59,9 @@ ngx_int_t ngx_http_idempotency_record_apply(ngx_http_request_t *r,
     ngx_http_idempotency_record_t *rec);
 
 
+/* n bytes of v, big-endian, as every format of the module has them */
+u_char *ngx_http_idempotency_put_be(u_char *p, uint64_t v, size_t n);
+uint64_t ngx_http_idempotency_get_be(u_char *p, size_t n);
+
+
 #endif /* _NGX_HTTP_IDEMPOTENCY_RECORD_H_INCLUDED_ */
