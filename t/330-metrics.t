@@ -12,17 +12,7 @@ use Time::HiRes ();
 
 sub scrape { http_req(method => 'GET', uri => '/metrics')->{body} }
 
-sub metric {
-    my ($text, $name, %labels) = @_;
-    for my $line (split /\n/, $text) {
-        next unless $line =~ /^\Q$name\E\{([^}]*)\} (\S+)$/;
-        my ($l, $v) = ($1, $2);
-        my %got = $l =~ /(\w+)="((?:[^"\\]|\\.)*)"/g;
-        next if grep { ($got{$_} // '') ne $labels{$_} } keys %labels;
-        return $v;
-    }
-    return undef;
-}
+sub metric { IdemStress::metric(@_) }
 
 no_shuffle();
 run_tests();

@@ -66,18 +66,7 @@ sub scrape {
     return $r->{body};
 }
 
-# the value of a sample, by name and some of its labels
-sub metric {
-    my ($text, $name, %labels) = @_;
-    for my $line (split /\n/, $text) {
-        next unless $line =~ /^\Q$name\E\{([^}]*)\} (\S+)$/;
-        my ($l, $v) = ($1, $2);
-        my %got = $l =~ /(\w+)="((?:[^"\\]|\\.)*)"/g;
-        next if grep { ($got{$_} // '') ne $labels{$_} } keys %labels;
-        return $v;
-    }
-    return undef;
-}
+sub metric { IdemStress::metric(@_) }
 
 # ------------------------------------------------------- counters, tiers
 my $m0 = scrape();

@@ -100,6 +100,20 @@ sub key_id {
     return substr(key_hash_hex($key, $scope), 0, 8);
 }
 
+# the value of a sample in Prometheus' text format (idempotency_metrics),
+# by name and some of its labels; undef if none matches
+sub metric {
+    my ($text, $name, %labels) = @_;
+    for my $line (split /\n/, $text) {
+        next unless $line =~ /^\Q$name\E\{([^}]*)\} (\S+)$/;
+        my ($l, $v) = ($1, $2);
+        my %got = $l =~ /(\w+)="((?:[^"\\]|\\.)*)"/g;
+        next if grep { ($got{$_} // '') ne $labels{$_} } keys %labels;
+        return $v;
+    }
+    return undef;
+}
+
 # the idempotency_store line for a MariaDB on 127.0.0.1:$port
 sub store_line {
     my ($name, $port, %p) = @_;
