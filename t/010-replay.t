@@ -376,7 +376,7 @@ idempotency mysql complete start
 --- config
     location /orders { idempotency main; proxy_pass http://backend; }
 --- init
-my $kh = key_hash('', 't010-17');
+my $kh = key_hash_hex('t010-17');
 my $fp = fingerprint('POST', '/orders', 'x');
 my $rec = unpack('H*', record(202, [['Content-Type', 'text/x-seeded'],
                                     ['X-Seed', 'a'], ['X-Seed', 'b']],
@@ -413,7 +413,7 @@ idempotency mysql claim start
     location /orders { idempotency main; proxy_pass http://backend; }
     location = /count { proxy_pass http://backend/__count; }
 --- init
-my $kh = key_hash('', 't010-18');
+my $kh = key_hash_hex('t010-18');
 my $fp = fingerprint('POST', '/orders', 'x');
 sql("INSERT INTO idempotency_keys (key_hash, state, owner, fingerprint,"
     . " created_at, lease_until, expires_at, status, response) VALUES"
@@ -446,7 +446,7 @@ GET /count?key=t010-18
     location /orders { idempotency main; proxy_pass http://backend; }
     location = /count { proxy_pass http://backend/__count; }
 --- init
-my $kh = key_hash('', 't010-18b');
+my $kh = key_hash_hex('t010-18b');
 my $fp = fingerprint('POST', '/orders', 'x');
 my $rec = unpack('H*', record(200, [['X-A', "v\r\nSet-Cookie: planted=1"]],
                               "poisoned"));

@@ -10,7 +10,7 @@ no_shuffle();
 sub seed {
     my ($key, $state, $lease, $expires, $body) = @_;
 
-    my $kh = key_hash('', $key);
+    my $kh = key_hash_hex($key);
     my $fp = fingerprint('POST', '/orders', $body // 'x');
 
     sql("DELETE FROM idempotency_keys WHERE key_hash = X'$kh'");
@@ -170,7 +170,7 @@ Idempotency-Key: t050-6
 === TEST 7: expiry uses the database clock (the row says expired, nginx agrees)
 --- init
 main::seed('t050-7', 1, -10, -5);
-sql("UPDATE idempotency_keys SET response = NULL, status = 200 WHERE key_hash = X'" . key_hash('', 't050-7') . "'");
+sql("UPDATE idempotency_keys SET response = NULL, status = 200 WHERE key_hash = X'" . key_hash_hex('t050-7') . "'");
 --- more_headers
 Idempotency-Key: t050-7
 --- request

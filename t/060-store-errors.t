@@ -187,7 +187,7 @@ Idempotency-Key: t060-6
 --- init
 # a session of our own holds the row of key a, uncommitted: the claim of
 # a waits for it in the server, on the only connection of the pool
-my $kh = key_hash('', 't060-7a');
+my $kh = key_hash_hex('t060-7a');
 my $out = server_root() . "/t060-7.lock";
 unlink $out;
 my $cmd = join ' ', map { "'$_'" } 'mariadb', '--no-defaults', '--batch',

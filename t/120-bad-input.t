@@ -81,7 +81,7 @@ run_tests();
 
 for my $k (@SQL_KEYS) {
     my ($raw, $key) = @$k;
-    my $kh = key_hash('', $key);
+    my $kh = key_hash_hex($key);
     is(sql("SELECT state, status FROM idempotency_keys"
            . " WHERE key_hash = X'$kh'"),
        "1\t201\n", "the key $raw is one completed row, found by its hash");

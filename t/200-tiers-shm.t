@@ -219,7 +219,7 @@ chomp(my $pid = <$fh>);
 kill 'HUP', $pid or die "HUP $pid: $!";
 Time::HiRes::sleep(2);
 # only the zone can answer now
-sql("DELETE FROM idempotency_keys WHERE key_hash = X'" . key_hash('', 't200-6') . "'");
+sql("DELETE FROM idempotency_keys WHERE key_hash = X'" . key_hash_hex('t200-6') . "'");
 --- more_headers
 Idempotency-Key: t200-6
 --- request

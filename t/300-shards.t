@@ -53,7 +53,7 @@ run_tests();
 sub row_state {
     my ($port, $key) = @_;
 
-    my $kh = key_hash('', $key);
+    my $kh = key_hash_hex($key);
     my $out = sql_at($port, "SELECT state FROM idempotency_keys"
                             . " WHERE key_hash = X'$kh'");
     chomp $out;

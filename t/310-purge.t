@@ -11,7 +11,7 @@ our $ZERO = '00' x 32;
 sub seed {
     my ($port, $key, $state, $lease, $expires) = @_;
 
-    my $kh = key_hash('', $key);
+    my $kh = key_hash_hex($key);
 
     sql_at($port, "INSERT INTO idempotency_keys (key_hash, state, owner,"
            . " fingerprint, created_at, lease_until, expires_at, status)"
@@ -33,7 +33,7 @@ sub clean {
 sub present {
     my ($port, @keys) = @_;
 
-    my $in = join ',', map { "X'" . key_hash('', $_) . "'" } @keys;
+    my $in = join ',', map { "X'" . key_hash_hex($_) . "'" } @keys;
     my $n = sql_at($port, "SELECT COUNT(*) FROM idempotency_keys"
                           . " WHERE key_hash IN ($in)");
     chomp $n;

@@ -16,7 +16,7 @@ use File::Basename qw(dirname);
 use lib dirname(__FILE__) . '/stress';
 use IdemStress ();
 
-our @EXPORT = qw(key_hash fingerprint sql sql_at sql_root bg_request
+our @EXPORT = qw(key_hash_hex fingerprint sql sql_at sql_root bg_request
                  store_config port record tcp_proxy shard_of);
 
 for my $v (qw(MYSQL_PORT MYSQL_USER MYSQL_PASSWORD MYSQL_DB BACKEND_PORT)) {
@@ -62,11 +62,8 @@ sub port {
     return $ENV{TEST_NGINX_SERVER_PORT} || $ENV{TEST_NGINX_PORT} || 1984;
 }
 
-sub key_hash {
-    my ($scope, $key) = @_;
-
-    return IdemStress::key_hash_hex($key, $scope);
-}
+# the module's lookup hash of (key, scope): IdemStress::key_hash_hex
+sub key_hash_hex { IdemStress::key_hash_hex(@_) }
 
 sub fingerprint {
     my ($method, $uri, $body) = @_;
@@ -126,7 +123,7 @@ sub run_client {
 sub shard_of {
     my ($scope, $key, $n) = @_;
 
-    return hex(substr(key_hash($scope, $key), 0, 8)) % $n;
+    return hex(substr(key_hash_hex($key, $scope), 0, 8)) % $n;
 }
 
 # a stored response record, format 1 (ngx_http_idempotency_record.h),

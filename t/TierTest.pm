@@ -180,14 +180,14 @@ our $SECRET = 'tier-test-secret-0123456789';
 sub signed {
     my ($scope, $key, $entry, $secret) = @_;
     return $entry . Digest::SHA::hmac_sha256(
-        pack('H64', IdemTest::key_hash($scope, $key)) . $entry,
+        pack('H64', IdemStress::key_hash_hex($key, $scope)) . $entry,
         $secret // $SECRET);
 }
 
 # the key the module uses for a (scope, key) of a store
 sub redis_key {
     my ($store, $scope, $key) = @_;
-    return "idempotency:$store:" . IdemTest::key_hash($scope, $key);
+    return "idempotency:$store:" . IdemStress::key_hash_hex($key, $scope);
 }
 
 sub free_port {
