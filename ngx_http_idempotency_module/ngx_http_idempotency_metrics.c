@@ -44,10 +44,12 @@ typedef struct {
 } ngx_http_idempotency_mout_t;
 
 
+/* a counter sample: consecutive rows of one name make one family */
 typedef struct {
     const char                     *name;
     const char                     *help;
-    size_t                          offset;
+    const char                     *labels;   /* besides store= */
+    size_t                          offset;   /* in the store's block */
 } ngx_http_idempotency_counter_t;
 
 
@@ -66,7 +68,7 @@ static void ngx_http_idempotency_metrics_write(
     ngx_http_idempotency_mout_t *mo);
 static void ngx_http_idempotency_metrics_ops(
     ngx_http_idempotency_mout_t *mo);
-static void ngx_http_idempotency_metrics_tiers(
+static void ngx_http_idempotency_metrics_cache(
     ngx_http_idempotency_mout_t *mo);
 static void ngx_http_idempotency_metrics_gauges(
     ngx_http_idempotency_mout_t *mo);
@@ -100,26 +102,63 @@ static const char  *ngx_http_idempotency_metrics_tier_names[] = {
     NULL, "shm", "redis", "mysql"
 };
 
-static ngx_http_idempotency_counter_t  ngx_http_idempotency_metrics_events[]
+#define ngx_http_idempotency_tier_counter(field)                              \
+    offsetof(ngx_http_idempotency_metrics_t, tiers)                           \
+    + offsetof(ngx_http_idempotency_counters_t, field)
+
+static ngx_http_idempotency_counter_t  ngx_http_idempotency_metrics_counters[]
     = {
     { "completion_retries_total",
-      "Completion writes tried again after a store error.",
+      "Completion writes tried again after a store error.", "",
       offsetof(ngx_http_idempotency_metrics_t, completion_retries) },
     { "lease_losses_total",
       "Keys whose lease was lost while their request or completion held "
-      "them (taken over by another request).",
+      "them (taken over by another request).", "",
       offsetof(ngx_http_idempotency_metrics_t, lease_losses) },
     { "unstored_total",
       "Keys recorded as executed but not stored (their retries get 410).",
-      offsetof(ngx_http_idempotency_metrics_t, unstored) },
+      "", offsetof(ngx_http_idempotency_metrics_t, unstored) },
     { "purged_rows_total",
-      "Expired rows deleted by the background purge.",
+      "Expired rows deleted by the background purge.", "",
       offsetof(ngx_http_idempotency_metrics_t, purged_rows) },
     { "held_refused_total",
       "Duplicates answered 409 at once because idempotency_max_held "
-      "duplicates were held.",
+      "duplicates were held.", "",
       offsetof(ngx_http_idempotency_metrics_t, held_refused) },
-    { NULL, NULL, 0 }
+
+    { "tier_lookups_total",
+      "Lookups in the replay tiers: hit, miss, error (Redis failed or "
+      "down), rejected (a Redis value that was not the module's entry "
+      "for the key; also counted as a miss).",
+      "tier=\"shm\",result=\"hit\"",
+      ngx_http_idempotency_tier_counter(shm_hits) },
+    { "tier_lookups_total", NULL, "tier=\"shm\",result=\"miss\"",
+      ngx_http_idempotency_tier_counter(shm_misses) },
+    { "tier_lookups_total", NULL, "tier=\"redis\",result=\"hit\"",
+      ngx_http_idempotency_tier_counter(redis_hits) },
+    { "tier_lookups_total", NULL, "tier=\"redis\",result=\"miss\"",
+      ngx_http_idempotency_tier_counter(redis_misses) },
+    { "tier_lookups_total", NULL, "tier=\"redis\",result=\"error\"",
+      ngx_http_idempotency_tier_counter(redis_errors) },
+    { "tier_lookups_total", NULL, "tier=\"redis\",result=\"rejected\"",
+      ngx_http_idempotency_tier_counter(redis_bad) },
+
+    { "tier_writes_total",
+      "Entries written to the replay tiers (Redis: SETs sent).",
+      "tier=\"shm\"", ngx_http_idempotency_tier_counter(shm_stores) },
+    { "tier_writes_total", NULL, "tier=\"redis\"",
+      ngx_http_idempotency_tier_counter(redis_stores) },
+
+    { "cache_removals_total",
+      "Entries of the cache zone removed (evicted: live, to make room; "
+      "expired: past retention) or not kept (skipped).",
+      "reason=\"evicted\"", ngx_http_idempotency_tier_counter(shm_evictions) },
+    { "cache_removals_total", NULL, "reason=\"expired\"",
+      ngx_http_idempotency_tier_counter(shm_expired) },
+    { "cache_removals_total", NULL, "reason=\"skipped\"",
+      ngx_http_idempotency_tier_counter(shm_skipped) },
+
+    { NULL, NULL, NULL, 0 }
 };
 
 
@@ -527,7 +566,7 @@ ngx_http_idempotency_metrics_write(ngx_http_idempotency_mout_t *mo)
 {
     ngx_uint_t                       i, j;
     ngx_http_idempotency_metrics_t  *m;
-    ngx_http_idempotency_counter_t  *c;
+    ngx_http_idempotency_counter_t  *c, *next, *s;
 
     ngx_http_idempotency_metrics_family(mo,
         "nginx_idempotency_requests_total", "counter",
@@ -561,26 +600,32 @@ ngx_http_idempotency_metrics_write(ngx_http_idempotency_mout_t *mo)
         }
     }
 
-    for (c = ngx_http_idempotency_metrics_events; c->name; c++) {
+    /* the plain counters, a family at a time */
+
+    for (c = ngx_http_idempotency_metrics_counters; c->name; c = next) {
         ngx_http_idempotency_metrics_printf(mo,
             "# HELP nginx_idempotency_%s %s\n"
             "# TYPE nginx_idempotency_%s counter\n",
             c->name, c->help, c->name);
 
+        for (next = c; next->name && ngx_strcmp(next->name, c->name) == 0;
+             next++)
+        { /* void */ }
+
         for (i = 0; i < mo->nstores; i++) {
             m = mo->stores[i]->metrics;
 
-            if (m) {
+            for (s = c; m && s < next; s++) {
                 ngx_http_idempotency_metrics_printf(mo,
-                    "nginx_idempotency_%s{store=\"%V\"} %uA\n", c->name,
-                    &mo->labels[i],
-                    *(ngx_atomic_t *) ((u_char *) m + c->offset));
+                    "nginx_idempotency_%s{store=\"%V\"%s%s} %uA\n",
+                    s->name, &mo->labels[i], s->labels[0] ? "," : "",
+                    s->labels, *(ngx_atomic_t *) ((u_char *) m + s->offset));
             }
         }
     }
 
     ngx_http_idempotency_metrics_ops(mo);
-    ngx_http_idempotency_metrics_tiers(mo);
+    ngx_http_idempotency_metrics_cache(mo);
     ngx_http_idempotency_metrics_gauges(mo);
     ngx_http_idempotency_metrics_servers(mo);
 }
@@ -661,89 +706,13 @@ ngx_http_idempotency_metrics_ops(ngx_http_idempotency_mout_t *mo)
 }
 
 
-/* the replay tiers' own counters, and the cache zone */
+/* the cache zone's gauges */
 
 static void
-ngx_http_idempotency_metrics_tiers(ngx_http_idempotency_mout_t *mo)
+ngx_http_idempotency_metrics_cache(ngx_http_idempotency_mout_t *mo)
 {
-    ngx_uint_t                        i;
-    ngx_http_idempotency_counters_t  *t;
+    ngx_uint_t                          i;
     ngx_http_idempotency_cache_stats_t  cs;
-
-    ngx_http_idempotency_metrics_family(mo,
-        "nginx_idempotency_tier_lookups_total", "counter",
-        "Lookups in the replay tiers: hit, miss, error (Redis failed or "
-        "down), rejected (a Redis value that was not the module's entry "
-        "for the key; also counted as a miss).");
-
-    for (i = 0; i < mo->nstores; i++) {
-        if (mo->stores[i]->metrics == NULL) {
-            continue;
-        }
-
-        t = &mo->stores[i]->metrics->tiers;
-
-        ngx_http_idempotency_metrics_printf(mo,
-            "nginx_idempotency_tier_lookups_total{store=\"%V\",tier=\"shm\","
-            "result=\"hit\"} %uA\n"
-            "nginx_idempotency_tier_lookups_total{store=\"%V\",tier=\"shm\","
-            "result=\"miss\"} %uA\n", &mo->labels[i], t->shm_hits,
-            &mo->labels[i], t->shm_misses);
-
-        ngx_http_idempotency_metrics_printf(mo,
-            "nginx_idempotency_tier_lookups_total{store=\"%V\","
-            "tier=\"redis\",result=\"hit\"} %uA\n"
-            "nginx_idempotency_tier_lookups_total{store=\"%V\","
-            "tier=\"redis\",result=\"miss\"} %uA\n"
-            "nginx_idempotency_tier_lookups_total{store=\"%V\","
-            "tier=\"redis\",result=\"error\"} %uA\n"
-            "nginx_idempotency_tier_lookups_total{store=\"%V\","
-            "tier=\"redis\",result=\"rejected\"} %uA\n",
-            &mo->labels[i], t->redis_hits, &mo->labels[i], t->redis_misses,
-            &mo->labels[i], t->redis_errors, &mo->labels[i], t->redis_bad);
-    }
-
-    ngx_http_idempotency_metrics_family(mo,
-        "nginx_idempotency_tier_writes_total", "counter",
-        "Entries written to the replay tiers (Redis: SETs sent).");
-
-    for (i = 0; i < mo->nstores; i++) {
-        if (mo->stores[i]->metrics == NULL) {
-            continue;
-        }
-
-        t = &mo->stores[i]->metrics->tiers;
-
-        ngx_http_idempotency_metrics_printf(mo,
-            "nginx_idempotency_tier_writes_total{store=\"%V\",tier=\"shm\"}"
-            " %uA\n"
-            "nginx_idempotency_tier_writes_total{store=\"%V\","
-            "tier=\"redis\"} %uA\n",
-            &mo->labels[i], t->shm_stores, &mo->labels[i], t->redis_stores);
-    }
-
-    ngx_http_idempotency_metrics_family(mo,
-        "nginx_idempotency_cache_removals_total", "counter",
-        "Entries of the cache zone removed (evicted: live, to make room; "
-        "expired: past retention) or not kept (skipped).");
-
-    for (i = 0; i < mo->nstores; i++) {
-        if (mo->stores[i]->metrics == NULL) {
-            continue;
-        }
-
-        t = &mo->stores[i]->metrics->tiers;
-
-        ngx_http_idempotency_metrics_printf(mo,
-            "nginx_idempotency_cache_removals_total{store=\"%V\","
-            "reason=\"evicted\"} %uA\n"
-            "nginx_idempotency_cache_removals_total{store=\"%V\","
-            "reason=\"expired\"} %uA\n"
-            "nginx_idempotency_cache_removals_total{store=\"%V\","
-            "reason=\"skipped\"} %uA\n",
-            &mo->labels[i], t->shm_evictions, &mo->labels[i],
-            t->shm_expired, &mo->labels[i], t->shm_skipped);
-    }
 
     ngx_http_idempotency_metrics_family(mo,
         "nginx_idempotency_cache_bytes", "gauge",
