@@ -118,11 +118,15 @@ for (1 .. 2) {
     push @held, $h;
 }
 
-my $during = IdemStress::wait_for('a held duplicate in the metrics', 10,
-    sub {
+# each worker publishes its gauges once a second: wait until both the
+# owner's and the holders' have been
+my $during = IdemStress::wait_for('the key and its held duplicates in the '
+                                  . 'metrics', 10, sub {
         my $t = scrape();
         return ((metric($t, 'nginx_idempotency_held_requests',
-                        store => 'main') // 0) >= 2) ? $t : 0;
+                        store => 'main') // 0) >= 2
+                && (metric($t, 'nginx_idempotency_keys_in_progress',
+                           store => 'main') // 0) >= 1) ? $t : 0;
     }, 0.1);
 is(metric($during, 'nginx_idempotency_keys_in_progress', store => 'main'),
    1, 'one key in progress');
