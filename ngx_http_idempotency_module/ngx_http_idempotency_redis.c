@@ -4,9 +4,9 @@
  *
  * hiredis' async context driven by nginx events through a small adapter
  * (addRead, delRead, addWrite, delWrite, cleanup).  The library owns the
- * socket: our ngx_connection_t only wraps the fd for the event loop and
- * is given back with ngx_free_connection(), never closed, from the
- * library's cleanup hook, after which the library closes the fd.
+ * socket: our ngx_connection_t only wraps the fd for the event loop
+ * (ngx_http_idempotency_conn.c) and is given back, never closed, from
+ * the library's cleanup hook, after which the library closes the fd.
  *
  * hiredis 0.14 has no timers: the connect and the handshake (AUTH,
  * SELECT, PING) are bounded by a timer of the connection, each op by its
@@ -33,6 +33,7 @@
 #include <hiredis/hiredis.h>
 #include <hiredis/async.h>
 
+#include "ngx_http_idempotency_conn.h"
 #include "ngx_http_idempotency_metrics.h"
 #include "ngx_http_idempotency_redis.h"
 
@@ -40,9 +41,6 @@
 #define NGX_HTTP_IDEMPOTENCY_REDIS_NONE         0
 #define NGX_HTTP_IDEMPOTENCY_REDIS_CONNECTING   1  /* connect + handshake */
 #define NGX_HTTP_IDEMPOTENCY_REDIS_READY        2
-
-#define NGX_HTTP_IDEMPOTENCY_REDIS_BACKOFF_MIN  100
-#define NGX_HTTP_IDEMPOTENCY_REDIS_BACKOFF_MAX  5000
 
 #define NGX_HTTP_IDEMPOTENCY_REDIS_PREFIX       "idempotency:"
 
@@ -60,13 +58,11 @@ typedef struct {
 
     ngx_queue_t                        ops;        /* every live op */
 
-    ngx_msec_t                         backoff;
-    ngx_msec_t                         retry_at;
+    ngx_http_idempotency_outage_t      outage;
 
     ngx_str_t                          key;        /* buffer: prefix+hex */
     size_t                             prefix_len;
 
-    unsigned                           down:1;
     unsigned                           probe:1;    /* made while down */
     unsigned                           closing:1;  /* we free the context */
     unsigned                           lost:1;     /* replies were lost */
@@ -95,6 +91,8 @@ static void ngx_http_idempotency_redis_drop(
 static void ngx_http_idempotency_redis_close(
     ngx_http_idempotency_redis_t *client);
 
+static void ngx_http_idempotency_redis_watch(
+    ngx_http_idempotency_redis_t *client, ngx_uint_t write, ngx_uint_t on);
 static void ngx_http_idempotency_redis_add_read(void *data);
 static void ngx_http_idempotency_redis_del_read(void *data);
 static void ngx_http_idempotency_redis_add_write(void *data);
@@ -102,8 +100,6 @@ static void ngx_http_idempotency_redis_del_write(void *data);
 static void ngx_http_idempotency_redis_cleanup(void *data);
 static void ngx_http_idempotency_redis_read_handler(ngx_event_t *rev);
 static void ngx_http_idempotency_redis_write_handler(ngx_event_t *wev);
-static void ngx_http_idempotency_redis_detach_conn(
-    ngx_http_idempotency_redis_t *client);
 
 static ngx_http_idempotency_redis_op_t *ngx_http_idempotency_redis_op(
     ngx_http_idempotency_redis_t *client, const char *name);
@@ -277,7 +273,7 @@ ngx_http_idempotency_redis_up(ngx_http_idempotency_store_t *store)
 
     client = store->redis;
 
-    return client == NULL || !client->down;
+    return client == NULL || !client->outage.down;
 }
 
 
@@ -366,6 +362,10 @@ ngx_http_idempotency_redis_client(ngx_http_idempotency_store_t *store)
 
     ngx_queue_init(&client->ops);
 
+    ngx_http_idempotency_outage_init(&client->outage, client->log,
+                                     &store->name, "redis",
+                                     &store->redis_name);
+
     client->timer.handler = ngx_http_idempotency_redis_connect_timeout;
     client->timer.data = client;
     client->timer.log = client->log;
@@ -389,9 +389,7 @@ ngx_http_idempotency_redis_usable(ngx_http_idempotency_redis_t *client)
         return client->probe ? NGX_DECLINED : NGX_OK;
     }
 
-    if (client->down
-        && (ngx_msec_int_t) (client->retry_at - ngx_current_msec) > 0)
-    {
+    if (ngx_http_idempotency_outage_backoff(&client->outage)) {
         return NGX_DECLINED;
     }
 
@@ -414,7 +412,8 @@ ngx_http_idempotency_redis_connect(ngx_http_idempotency_redis_t *client)
 
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, client->log, 0,
                    "idempotency redis connect: redis=%V%s",
-                   &store->redis_name, client->down ? " (probe)" : "");
+                   &store->redis_name,
+                   client->outage.down ? " (probe)" : "");
 
     /* an IP literal or a unix socket: the library looks no name up */
 
@@ -440,7 +439,10 @@ ngx_http_idempotency_redis_connect(ngx_http_idempotency_redis_t *client)
         return NGX_ERROR;
     }
 
-    c = ngx_get_connection(ac->c.fd, client->log);
+    c = ngx_http_idempotency_conn_wrap(ac->c.fd, client,
+                                       ngx_http_idempotency_redis_read_handler,
+                                       ngx_http_idempotency_redis_write_handler,
+                                       client->log);
     if (c == NULL) {
         ngx_http_idempotency_redis_failed(client, "connect failed",
                                           "no free connection",
@@ -448,13 +450,6 @@ ngx_http_idempotency_redis_connect(ngx_http_idempotency_redis_t *client)
         redisAsyncFree(ac);
         return NGX_ERROR;
     }
-
-    c->data = client;
-    c->number = ngx_atomic_fetch_add(ngx_connection_counter, 1);
-    c->read->handler = ngx_http_idempotency_redis_read_handler;
-    c->write->handler = ngx_http_idempotency_redis_write_handler;
-    c->read->log = client->log;
-    c->write->log = client->log;
 
     ac->ev.data = client;
     ac->ev.addRead = ngx_http_idempotency_redis_add_read;
@@ -466,7 +461,7 @@ ngx_http_idempotency_redis_connect(ngx_http_idempotency_redis_t *client)
     client->ac = ac;
     client->c = c;
     client->state = NGX_HTTP_IDEMPOTENCY_REDIS_CONNECTING;
-    client->probe = client->down;
+    client->probe = client->outage.down;
     client->lost = 0;
     client->closing = 0;
 
@@ -591,15 +586,8 @@ ngx_http_idempotency_redis_handshake_reply(redisAsyncContext *ac, void *r,
 
     client->state = NGX_HTTP_IDEMPOTENCY_REDIS_READY;
     client->probe = 0;
-    client->backoff = 0;
 
-    if (client->down) {
-        client->down = 0;
-
-        ngx_log_error(NGX_LOG_NOTICE, client->log, 0,
-                      "idempotency store \"%V\" redis=%V: reachable again",
-                      &client->store->name, &client->store->redis_name);
-    }
+    ngx_http_idempotency_outage_over(&client->outage);
 
     ngx_log_debug1(NGX_LOG_DEBUG_HTTP, client->log, 0,
                    "idempotency redis ready: redis=%V",
@@ -624,7 +612,8 @@ ngx_http_idempotency_redis_connect_timeout(ngx_event_t *ev)
 
 /*
  * Redis failed: one error line per outage, then a backoff during which
- * ops fail at once; each failed probe doubles it.
+ * ops fail at once; each failed probe doubles it (one at a time: every
+ * failure while down is one).
  */
 
 static void
@@ -635,36 +624,17 @@ ngx_http_idempotency_redis_failed(ngx_http_idempotency_redis_t *client,
         return;
     }
 
-    if (!client->down) {
-        if (detail) {
-            ngx_log_error(NGX_LOG_ERR, client->log, 0,
-                          "idempotency store \"%V\" redis=%V: %s: %*s; "
-                          "replays are looked up in MySQL until it "
-                          "answers again",
-                          &client->store->name, &client->store->redis_name,
-                          what, len, detail);
-        } else {
-            ngx_log_error(NGX_LOG_ERR, client->log, 0,
-                          "idempotency store \"%V\" redis=%V: %s; "
-                          "replays are looked up in MySQL until it "
-                          "answers again",
-                          &client->store->name, &client->store->redis_name,
-                          what);
-        }
-
-        client->down = 1;
-        client->backoff = NGX_HTTP_IDEMPOTENCY_REDIS_BACKOFF_MIN;
-
-    } else {
-        client->backoff = ngx_min(client->backoff * 2,
-                                  NGX_HTTP_IDEMPOTENCY_REDIS_BACKOFF_MAX);
-    }
-
-    client->retry_at = ngx_current_msec + client->backoff;
+    ngx_http_idempotency_outage_failed(&client->outage, ngx_current_msec,
+                                       "%s%s%*s; replays are looked up in "
+                                       "MySQL until it answers again",
+                                       what, detail ? ": " : "",
+                                       detail ? len : 0,
+                                       detail ? detail : "");
 
     ngx_log_debug3(NGX_LOG_DEBUG_HTTP, client->log, 0,
                    "idempotency redis down: redis=%V, %s, backoff %M",
-                   &client->store->redis_name, what, client->backoff);
+                   &client->store->redis_name, what,
+                   client->outage.backoff);
 }
 
 
@@ -696,53 +666,12 @@ ngx_http_idempotency_redis_close(ngx_http_idempotency_redis_t *client)
 }
 
 
-static void
-ngx_http_idempotency_redis_add_read(void *data)
-{
-    ngx_http_idempotency_redis_t  *client = data;
-
-    ngx_connection_t  *c;
-
-    c = client->c;
-
-    if (c == NULL || c->read->active) {
-        return;
-    }
-
-    c->read->ready = 0;
-
-    if (ngx_handle_read_event(c->read, 0) != NGX_OK) {
-        /* the op timers end what cannot be read */
-        ngx_log_error(NGX_LOG_ALERT, client->log, 0,
-                      "idempotency store \"%V\" redis=%V: "
-                      "could not add the read event",
-                      &client->store->name, &client->store->redis_name);
-    }
-}
-
+/* the library wants (on) or no longer wants a read or write event */
 
 static void
-ngx_http_idempotency_redis_del_read(void *data)
+ngx_http_idempotency_redis_watch(ngx_http_idempotency_redis_t *client,
+    ngx_uint_t write, ngx_uint_t on)
 {
-    ngx_http_idempotency_redis_t  *client = data;
-
-    ngx_connection_t  *c;
-
-    c = client->c;
-
-    /* an edge-triggered event stays: nothing to read means no event */
-
-    if (c && (ngx_event_flags & NGX_USE_LEVEL_EVENT) && c->read->active) {
-        (void) ngx_del_event(c->read, NGX_READ_EVENT, 0);
-    }
-}
-
-
-static void
-ngx_http_idempotency_redis_add_write(void *data)
-{
-    ngx_http_idempotency_redis_t  *client = data;
-
     ngx_connection_t  *c;
 
     c = client->c;
@@ -751,16 +680,40 @@ ngx_http_idempotency_redis_add_write(void *data)
         return;
     }
 
-    if (!c->write->active) {
-        c->write->ready = 0;
-
-        if (ngx_handle_write_event(c->write, 0) != NGX_OK) {
-            ngx_log_error(NGX_LOG_ALERT, client->log, 0,
-                          "idempotency store \"%V\" redis=%V: "
-                          "could not add the write event",
-                          &client->store->name, &client->store->redis_name);
-        }
+    if (ngx_http_idempotency_conn_watch(write ? c->write : c->read, on)
+        != NGX_OK
+        && on)
+    {
+        /* the op timers end what cannot be read or written */
+        ngx_log_error(NGX_LOG_ALERT, client->log, 0,
+                      "idempotency store \"%V\" redis=%V: "
+                      "could not add the %s event",
+                      &client->store->name, &client->store->redis_name,
+                      write ? "write" : "read");
     }
+}
+
+
+static void
+ngx_http_idempotency_redis_add_read(void *data)
+{
+    ngx_http_idempotency_redis_watch(data, 0, 1);
+}
+
+
+static void
+ngx_http_idempotency_redis_del_read(void *data)
+{
+    ngx_http_idempotency_redis_watch(data, 0, 0);
+}
+
+
+static void
+ngx_http_idempotency_redis_add_write(void *data)
+{
+    ngx_http_idempotency_redis_t  *client = data;
+
+    ngx_http_idempotency_redis_watch(client, 1, 1);
 
     /*
      * An armed edge-triggered event reports nothing new for a socket that
@@ -771,11 +724,12 @@ ngx_http_idempotency_redis_add_write(void *data)
      * and writing earlier would make the library think it had connected.
      */
 
-    if (client->ac
+    if (client->c
+        && client->ac
         && (client->ac->c.flags & REDIS_CONNECTED)
         && !client->in_write)
     {
-        ngx_post_event(c->write, &ngx_posted_events);
+        ngx_post_event(client->c->write, &ngx_posted_events);
     }
 }
 
@@ -783,15 +737,7 @@ ngx_http_idempotency_redis_add_write(void *data)
 static void
 ngx_http_idempotency_redis_del_write(void *data)
 {
-    ngx_http_idempotency_redis_t  *client = data;
-
-    ngx_connection_t  *c;
-
-    c = client->c;
-
-    if (c && (ngx_event_flags & NGX_USE_LEVEL_EVENT) && c->write->active) {
-        (void) ngx_del_event(c->write, NGX_WRITE_EVENT, 0);
-    }
+    ngx_http_idempotency_redis_watch(data, 1, 0);
 }
 
 
@@ -814,7 +760,11 @@ ngx_http_idempotency_redis_cleanup(void *data)
         return;
     }
 
-    ngx_http_idempotency_redis_detach_conn(client);
+    if (client->c) {
+        /* the library closes the fd after this hook */
+        ngx_http_idempotency_conn_unwrap(client->c, 0);
+        client->c = NULL;
+    }
 
     if (client->timer.timer_set) {
         ngx_del_timer(&client->timer);
@@ -857,9 +807,6 @@ ngx_http_idempotency_redis_cleanup(void *data)
 static void
 ngx_http_idempotency_redis_read_handler(ngx_event_t *rev)
 {
-    u_char                         buf[1];
-    ssize_t                        n;
-    ngx_err_t                      err;
     ngx_connection_t              *c;
     redisAsyncContext             *ac;
     ngx_http_idempotency_redis_t  *client;
@@ -887,19 +834,8 @@ ngx_http_idempotency_redis_read_handler(ngx_event_t *rev)
          * socket again: read until it would block
          */
 
-        n = recv(ac->c.fd, buf, 1, MSG_PEEK|MSG_DONTWAIT);
-
-        if (n == -1) {
-            err = ngx_socket_errno;
-
-            if (err == NGX_EAGAIN) {
-                rev->ready = 0;
-                return;
-            }
-
-            if (err == NGX_EINTR) {
-                continue;
-            }
+        if (ngx_http_idempotency_conn_peek(c) == NGX_AGAIN) {
+            return;
         }
 
         /* more data, the end of the stream or an error: the library's */
@@ -923,47 +859,6 @@ ngx_http_idempotency_redis_write_handler(ngx_event_t *wev)
     client->in_write = 1;
     redisAsyncHandleWrite(client->ac);
     client->in_write = 0;
-}
-
-
-/* gives the ngx_connection_t back; the library closes the fd itself */
-
-static void
-ngx_http_idempotency_redis_detach_conn(ngx_http_idempotency_redis_t *client)
-{
-    ngx_connection_t  *c;
-
-    c = client->c;
-
-    if (c == NULL) {
-        return;
-    }
-
-    if (c->read->posted) {
-        ngx_delete_posted_event(c->read);
-    }
-
-    if (c->write->posted) {
-        ngx_delete_posted_event(c->write);
-    }
-
-    if (ngx_del_conn && (c->read->active || c->write->active)) {
-        (void) ngx_del_conn(c, 0);
-
-    } else {
-        if (c->read->active || c->read->disabled) {
-            (void) ngx_del_event(c->read, NGX_READ_EVENT, 0);
-        }
-
-        if (c->write->active || c->write->disabled) {
-            (void) ngx_del_event(c->write, NGX_WRITE_EVENT, 0);
-        }
-    }
-
-    ngx_free_connection(c);
-
-    c->fd = (ngx_socket_t) -1;
-    client->c = NULL;
 }
 
 
