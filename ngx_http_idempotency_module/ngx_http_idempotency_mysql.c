@@ -45,6 +45,7 @@
 #include <errmsg.h>
 #include <mysqld_error.h>
 
+#include "ngx_http_idempotency_conn.h"
 #include "ngx_http_idempotency_metrics.h"
 #include "ngx_http_idempotency_mysql.h"
 
@@ -54,9 +55,6 @@
 #define NGX_HTTP_IDEMPOTENCY_MYSQL_QUERY        2
 #define NGX_HTTP_IDEMPOTENCY_MYSQL_STORE        3
 #define NGX_HTTP_IDEMPOTENCY_MYSQL_NEXT         4
-
-#define NGX_HTTP_IDEMPOTENCY_MYSQL_BACKOFF_MIN  100
-#define NGX_HTTP_IDEMPOTENCY_MYSQL_BACKOFF_MAX  5000
 
 /* _cont calls allowed to let an interrupted call fail on a dead socket */
 #define NGX_HTTP_IDEMPOTENCY_MYSQL_ABORT_STEPS  16
@@ -92,15 +90,11 @@ typedef struct {
     ngx_uint_t                         nwaiting;
 
     /* connect failures: backoff, and the error handed to OP_DOWN ops */
-    ngx_msec_t                         backoff;
-    ngx_msec_t                         failed_at;
-    ngx_msec_t                         retry_at;
+    ngx_http_idempotency_outage_t      outage;
     ngx_uint_t                         last_err;
     size_t                             last_error_len;
     u_char                             last_error[
                                            NGX_HTTP_IDEMPOTENCY_MYSQL_ERRLEN];
-
-    unsigned                           down:1;
 } ngx_http_idempotency_mysql_pool_t;
 
 
@@ -133,8 +127,6 @@ typedef struct {
 
 static ngx_http_idempotency_mysql_pool_t *ngx_http_idempotency_mysql_pool(
     ngx_http_idempotency_shard_t *shard);
-static ngx_uint_t ngx_http_idempotency_mysql_backoff(
-    ngx_http_idempotency_mysql_pool_t *pool);
 static void ngx_http_idempotency_mysql_kick(
     ngx_http_idempotency_mysql_pool_t *pool);
 static void ngx_http_idempotency_mysql_fail_waiting(
@@ -190,9 +182,9 @@ static void ngx_http_idempotency_mysql_idle_check(
 
 static ngx_socket_t ngx_http_idempotency_mysql_socket(
     ngx_http_idempotency_mysql_conn_t *conn);
-static ngx_int_t ngx_http_idempotency_mysql_attach(
-    ngx_http_idempotency_mysql_conn_t *conn, ngx_socket_t s);
-static void ngx_http_idempotency_mysql_detach(
+static ngx_int_t ngx_http_idempotency_mysql_wrap(
+    ngx_http_idempotency_mysql_conn_t *conn);
+static void ngx_http_idempotency_mysql_unwrap(
     ngx_http_idempotency_mysql_conn_t *conn);
 static void ngx_http_idempotency_mysql_discard(
     ngx_http_idempotency_mysql_conn_t *conn);
@@ -303,13 +295,13 @@ ngx_http_idempotency_op_run(ngx_http_idempotency_op_t *op)
         return;
     }
 
-    if (ngx_http_idempotency_mysql_backoff(pool)) {
+    if (ngx_http_idempotency_outage_backoff(&pool->outage)) {
         ngx_http_idempotency_mysql_op_down(op);
         return;
     }
 
     if (pool->nconns < store->pool_size
-        && !(pool->down && pool->nconnect))
+        && !(pool->outage.down && pool->nconnect))
     {
         /* a new connection will be made for it */
 
@@ -402,7 +394,7 @@ ngx_http_idempotency_mysql_stats(ngx_http_idempotency_shard_t *shard,
         return;
     }
 
-    st->up = !pool->down;
+    st->up = !pool->outage.down;
     st->queued = pool->nwaiting;
 
     for (q = ngx_queue_head(&pool->idle);
@@ -481,7 +473,7 @@ ngx_http_idempotency_mysql_exit(ngx_cycle_t *cycle)
                 ngx_queue_remove(q);
                 pool->nconns--;
 
-                ngx_http_idempotency_mysql_detach(conn);
+                ngx_http_idempotency_mysql_unwrap(conn);
 
                 /* worker exit: a plain (blocking) mysql_close is acceptable */
                 mysql_close(conn->mysql);
@@ -523,17 +515,13 @@ ngx_http_idempotency_mysql_pool(ngx_http_idempotency_shard_t *shard)
     ngx_queue_init(&pool->waiting);
     ngx_queue_init(&pool->spare);
 
+    ngx_http_idempotency_outage_init(&pool->outage, pool->log,
+                                     &shard->store->name, "mysql",
+                                     &shard->name);
+
     shard->pool = pool;
 
     return pool;
-}
-
-
-static ngx_uint_t
-ngx_http_idempotency_mysql_backoff(ngx_http_idempotency_mysql_pool_t *pool)
-{
-    return pool->down
-           && (ngx_msec_int_t) (pool->retry_at - ngx_current_msec) > 0;
 }
 
 
@@ -545,7 +533,7 @@ ngx_http_idempotency_mysql_kick(ngx_http_idempotency_mysql_pool_t *pool)
     while (pool->nwaiting > pool->nunbound
            && pool->nconns < pool->store->pool_size)
     {
-        if (ngx_http_idempotency_mysql_backoff(pool)) {
+        if (ngx_http_idempotency_outage_backoff(&pool->outage)) {
             if (pool->nconns == 0) {
                 ngx_http_idempotency_mysql_fail_waiting(pool);
             }
@@ -553,7 +541,7 @@ ngx_http_idempotency_mysql_kick(ngx_http_idempotency_mysql_pool_t *pool)
             return;
         }
 
-        if (pool->down && pool->nconnect) {
+        if (pool->outage.down && pool->nconnect) {
             /* one probe at a time while the server is down */
             return;
         }
@@ -899,14 +887,7 @@ ngx_http_idempotency_mysql_connected(ngx_http_idempotency_mysql_conn_t *conn)
         pool->nunbound--;
     }
 
-    if (pool->down) {
-        ngx_log_error(NGX_LOG_NOTICE, pool->log, 0,
-                      "idempotency store \"%V\" mysql=%V: reachable again",
-                      &pool->store->name, &pool->shard->name);
-        pool->down = 0;
-    }
-
-    pool->backoff = 0;
+    ngx_http_idempotency_outage_over(&pool->outage);
 
     ngx_log_debug3(NGX_LOG_DEBUG_HTTP, pool->log, 0,
                    "idempotency mysql connected: mysql=%V, "
@@ -945,41 +926,21 @@ ngx_http_idempotency_mysql_connect_failed(
     pool->last_error_len = len;
     pool->last_err = err;
 
-    if (!pool->down) {
-        /* one line per outage; never the password */
+    /* the driver's text never has the password */
 
-        if (err) {
-            ngx_log_error(NGX_LOG_ERR, pool->log, 0,
-                          "idempotency store \"%V\" mysql=%V: "
-                          "connect failed: (%ui) %*s",
-                          &pool->store->name, &pool->shard->name,
-                          err, len, text);
-        } else {
-            ngx_log_error(NGX_LOG_ERR, pool->log, 0,
-                          "idempotency store \"%V\" mysql=%V: "
-                          "connect failed: %*s",
-                          &pool->store->name, &pool->shard->name,
-                          len, text);
-        }
-
-        pool->down = 1;
-        pool->backoff = NGX_HTTP_IDEMPOTENCY_MYSQL_BACKOFF_MIN;
-
-    } else if ((ngx_msec_int_t) (conn->started - pool->failed_at) >= 0) {
-
-        /* a probe made after the last failure failed as well */
-
-        pool->backoff = ngx_min(pool->backoff * 2,
-                                NGX_HTTP_IDEMPOTENCY_MYSQL_BACKOFF_MAX);
+    if (err) {
+        ngx_http_idempotency_outage_failed(&pool->outage, conn->started,
+                                           "connect failed: (%ui) %*s",
+                                           err, len, text);
+    } else {
+        ngx_http_idempotency_outage_failed(&pool->outage, conn->started,
+                                           "connect failed: %*s", len, text);
     }
-
-    pool->failed_at = ngx_current_msec;
-    pool->retry_at = ngx_current_msec + pool->backoff;
 
     ngx_log_debug3(NGX_LOG_DEBUG_HTTP, pool->log, 0,
                    "idempotency mysql connect failed: mysql=%V, (%ui), "
                    "backoff %M",
-                   &pool->shard->name, err, pool->backoff);
+                   &pool->shard->name, err, pool->outage.backoff);
 
     op = conn->op;
 
@@ -1272,7 +1233,7 @@ ngx_http_idempotency_mysql_failed(ngx_http_idempotency_mysql_conn_t *conn)
 
         ngx_http_idempotency_mysql_discard(conn);
 
-        if (ngx_http_idempotency_mysql_backoff(pool)) {
+        if (ngx_http_idempotency_outage_backoff(&pool->outage)) {
             ngx_http_idempotency_mysql_op_down(op);
 
         } else {
@@ -1405,7 +1366,6 @@ ngx_http_idempotency_mysql_next(ngx_http_idempotency_mysql_conn_t *conn)
 static void
 ngx_http_idempotency_mysql_park(ngx_http_idempotency_mysql_conn_t *conn)
 {
-    ngx_socket_t                        s;
     ngx_connection_t                   *c;
     ngx_http_idempotency_mysql_pool_t  *pool;
 
@@ -1417,27 +1377,14 @@ ngx_http_idempotency_mysql_park(ngx_http_idempotency_mysql_conn_t *conn)
     ngx_queue_remove(&conn->queue);
     ngx_queue_insert_head(&pool->idle, &conn->queue);
 
-    if (conn->c == NULL) {
-        /* everything so far completed without waiting */
+    /* if everything so far completed without waiting, there is no c yet */
 
-        s = ngx_http_idempotency_mysql_socket(conn);
-
-        if (s == (ngx_socket_t) -1
-            || ngx_http_idempotency_mysql_attach(conn, s) != NGX_OK)
-        {
-            ngx_http_idempotency_mysql_discard(conn);
-            return;
-        }
+    if (ngx_http_idempotency_mysql_wrap(conn) != NGX_OK) {
+        ngx_http_idempotency_mysql_discard(conn);
+        return;
     }
 
     c = conn->c;
-
-    if ((ngx_event_flags & NGX_USE_LEVEL_EVENT) && c->write->active) {
-        if (ngx_del_event(c->write, NGX_WRITE_EVENT, 0) != NGX_OK) {
-            ngx_http_idempotency_mysql_discard(conn);
-            return;
-        }
-    }
 
     /*
      * the read event stays armed: a server that goes away while the
@@ -1445,9 +1392,9 @@ ngx_http_idempotency_mysql_park(ngx_http_idempotency_mysql_conn_t *conn)
      * arrived already is checked now, as no new edge may come for it
      */
 
-    c->read->ready = 0;
-
-    if (ngx_handle_read_event(c->read, 0) != NGX_OK) {
+    if (ngx_http_idempotency_conn_watch(c->write, 0) != NGX_OK
+        || ngx_http_idempotency_conn_watch(c->read, 1) != NGX_OK)
+    {
         ngx_http_idempotency_mysql_discard(conn);
         return;
     }
@@ -1460,24 +1407,12 @@ static ngx_int_t
 ngx_http_idempotency_mysql_wait(ngx_http_idempotency_mysql_conn_t *conn,
     int status)
 {
-    ngx_socket_t       s;
     ngx_connection_t  *c;
 
     conn->events = status;
 
-    s = ngx_http_idempotency_mysql_socket(conn);
-
-    if (conn->c && conn->c->fd != s) {
-        /* the driver closed its socket and made another one */
-        ngx_http_idempotency_mysql_detach(conn);
-    }
-
-    if (conn->c == NULL) {
-        if (s == (ngx_socket_t) -1
-            || ngx_http_idempotency_mysql_attach(conn, s) != NGX_OK)
-        {
-            return NGX_ERROR;
-        }
+    if (ngx_http_idempotency_mysql_wrap(conn) != NGX_OK) {
+        return NGX_ERROR;
     }
 
     c = conn->c;
@@ -1495,30 +1430,13 @@ ngx_http_idempotency_mysql_wait(ngx_http_idempotency_mysql_conn_t *conn,
      * so an edge-triggered event cannot have been missed
      */
 
-    if (status & MYSQL_WAIT_READ) {
-        c->read->ready = 0;
-
-        if (ngx_handle_read_event(c->read, 0) != NGX_OK) {
-            return NGX_ERROR;
-        }
-
-    } else if ((ngx_event_flags & NGX_USE_LEVEL_EVENT) && c->read->active) {
-        if (ngx_del_event(c->read, NGX_READ_EVENT, 0) != NGX_OK) {
-            return NGX_ERROR;
-        }
-    }
-
-    if (status & MYSQL_WAIT_WRITE) {
-        c->write->ready = 0;
-
-        if (ngx_handle_write_event(c->write, 0) != NGX_OK) {
-            return NGX_ERROR;
-        }
-
-    } else if ((ngx_event_flags & NGX_USE_LEVEL_EVENT) && c->write->active) {
-        if (ngx_del_event(c->write, NGX_WRITE_EVENT, 0) != NGX_OK) {
-            return NGX_ERROR;
-        }
+    if (ngx_http_idempotency_conn_watch(c->read, status & MYSQL_WAIT_READ)
+        != NGX_OK
+        || ngx_http_idempotency_conn_watch(c->write,
+                                           status & MYSQL_WAIT_WRITE)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
     }
 
     if (status & MYSQL_WAIT_TIMEOUT) {
@@ -1615,26 +1533,19 @@ ngx_http_idempotency_mysql_wait_handler(ngx_event_t *ev)
 static void
 ngx_http_idempotency_mysql_idle_check(ngx_http_idempotency_mysql_conn_t *conn)
 {
-    u_char                              buf[1];
-    ssize_t                             n;
-    ngx_err_t                           err;
+    ngx_int_t                           rc;
     ngx_http_idempotency_mysql_pool_t  *pool;
 
     pool = conn->pool;
 
-    /* the driver keeps its socket in blocking mode: MSG_DONTWAIT */
+    rc = ngx_http_idempotency_conn_peek(conn->c);
 
-    n = recv(conn->c->fd, buf, 1, MSG_PEEK|MSG_DONTWAIT);
+    if (rc == NGX_AGAIN) {
+        return;
+    }
 
-    if (n == -1) {
-        err = ngx_socket_errno;
-
-        if (err == NGX_EAGAIN || err == NGX_EINTR) {
-            conn->c->read->ready = 0;
-            return;
-        }
-
-        ngx_log_error(NGX_LOG_INFO, pool->log, err,
+    if (rc == NGX_ERROR) {
+        ngx_log_error(NGX_LOG_INFO, pool->log, ngx_socket_errno,
                       "idempotency store \"%V\" mysql=%V: "
                       "idle connection failed",
                       &pool->store->name, &pool->shard->name);
@@ -1644,7 +1555,7 @@ ngx_http_idempotency_mysql_idle_check(ngx_http_idempotency_mysql_conn_t *conn)
                       "idempotency store \"%V\" mysql=%V: idle connection "
                       "closed by the server%s",
                       &pool->store->name, &pool->shard->name,
-                      n ? " (unexpected data)" : "");
+                      (rc == NGX_OK) ? " (unexpected data)" : "");
     }
 
     ngx_http_idempotency_mysql_discard(conn);
@@ -1673,84 +1584,49 @@ ngx_http_idempotency_mysql_socket(ngx_http_idempotency_mysql_conn_t *conn)
 }
 
 
-static ngx_int_t
-ngx_http_idempotency_mysql_attach(ngx_http_idempotency_mysql_conn_t *conn,
-    ngx_socket_t s)
-{
-    ngx_connection_t  *c;
+/*
+ * Wraps the driver's socket for the event loop, unless it is wrapped
+ * already; a socket the driver closed and made again is wrapped anew.
+ */
 
-    c = ngx_get_connection(s, conn->pool->log);
-    if (c == NULL) {
+static ngx_int_t
+ngx_http_idempotency_mysql_wrap(ngx_http_idempotency_mysql_conn_t *conn)
+{
+    ngx_socket_t  s;
+
+    s = ngx_http_idempotency_mysql_socket(conn);
+
+    if (conn->c && conn->c->fd != s) {
+        ngx_http_idempotency_mysql_unwrap(conn);
+    }
+
+    if (conn->c) {
+        return NGX_OK;
+    }
+
+    if (s == (ngx_socket_t) -1) {
         return NGX_ERROR;
     }
 
-    c->data = conn;
-    c->number = ngx_atomic_fetch_add(ngx_connection_counter, 1);
+    conn->c = ngx_http_idempotency_conn_wrap(s, conn,
+                                      ngx_http_idempotency_mysql_read_handler,
+                                      ngx_http_idempotency_mysql_write_handler,
+                                      conn->pool->log);
 
-    c->read->handler = ngx_http_idempotency_mysql_read_handler;
-    c->write->handler = ngx_http_idempotency_mysql_write_handler;
-    c->read->log = c->log;
-    c->write->log = c->log;
-
-    conn->c = c;
-
-    return NGX_OK;
+    return conn->c ? NGX_OK : NGX_ERROR;
 }
 
 
-/*
- * Gives the ngx_connection_t back without closing the fd: the driver
- * owns it.  If the driver already closed it, epoll forgot it by itself.
- */
+/* the driver owns the fd; if it closed it already, epoll forgot it */
 
 static void
-ngx_http_idempotency_mysql_detach(ngx_http_idempotency_mysql_conn_t *conn)
+ngx_http_idempotency_mysql_unwrap(ngx_http_idempotency_mysql_conn_t *conn)
 {
-    ngx_uint_t         flags;
-    ngx_connection_t  *c;
-
-    c = conn->c;
-
-    if (c == NULL) {
-        return;
+    if (conn->c) {
+        ngx_http_idempotency_conn_unwrap(conn->c,
+                      ngx_http_idempotency_mysql_socket(conn) != conn->c->fd);
+        conn->c = NULL;
     }
-
-    if (c->read->timer_set) {
-        ngx_del_timer(c->read);
-    }
-
-    if (c->write->timer_set) {
-        ngx_del_timer(c->write);
-    }
-
-    if (c->read->posted) {
-        ngx_delete_posted_event(c->read);
-    }
-
-    if (c->write->posted) {
-        ngx_delete_posted_event(c->write);
-    }
-
-    flags = (ngx_http_idempotency_mysql_socket(conn) == c->fd)
-            ? 0 : NGX_CLOSE_EVENT;
-
-    if (ngx_del_conn && (c->read->active || c->write->active)) {
-        (void) ngx_del_conn(c, flags);
-
-    } else {
-        if (c->read->active || c->read->disabled) {
-            (void) ngx_del_event(c->read, NGX_READ_EVENT, flags);
-        }
-
-        if (c->write->active || c->write->disabled) {
-            (void) ngx_del_event(c->write, NGX_WRITE_EVENT, flags);
-        }
-    }
-
-    ngx_free_connection(c);
-
-    c->fd = (ngx_socket_t) -1;
-    conn->c = NULL;
 }
 
 
@@ -1809,7 +1685,7 @@ ngx_http_idempotency_mysql_discard(ngx_http_idempotency_mysql_conn_t *conn)
         ngx_del_timer(&conn->wait);
     }
 
-    ngx_http_idempotency_mysql_detach(conn);
+    ngx_http_idempotency_mysql_unwrap(conn);
 
     /* nothing to wait for: the socket is shut down or already closed */
 
