@@ -47,7 +47,7 @@
 typedef struct ngx_http_idempotency_store_s  ngx_http_idempotency_store_t;
 
 
-/* one MySQL server of a store; "pool" is per worker, made on first use */
+/* one MySQL server of a store; "conns" is per worker, made on first use */
 typedef struct {
     ngx_str_t                       name;      /* "127.0.0.1:3306" */
     ngx_str_t                       host;      /* IP literal, NUL-ended */
@@ -55,7 +55,7 @@ typedef struct {
     ngx_str_t                       socket;    /* unix path, NUL-ended */
     ngx_uint_t                      index;
     ngx_http_idempotency_store_t   *store;
-    void                           *pool;
+    void                           *conns;
     size_t                          max_packet; /* per worker, 0: unknown */
 } ngx_http_idempotency_shard_t;
 

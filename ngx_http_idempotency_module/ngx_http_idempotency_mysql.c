@@ -1,6 +1,6 @@
 
 /*
- * ngx_http_idempotency_module: per-worker non-blocking MySQL pool.
+ * ngx_http_idempotency_module: per-worker non-blocking MySQL connections.
  *
  * MariaDB Connector/C's non-blocking API (mysql_*_start/_cont) driven by
  * nginx events on the driver's socket.  Nothing here blocks the worker:
@@ -10,7 +10,8 @@
  * is the server's part of a TLS handshake (ssl=), which the driver waits
  * for itself; see ngx_http_idempotency_mysql_ssl().
  *
- * Each shard of a store gets, per worker and on first use, a pool:
+ * Each shard of a store gets, per worker and on first use, its "conns"
+ * (a connection pool; in this file a pool is an ngx_pool_t, op->pool):
  *
  *   idle     connected, nothing to do; the read event stays armed so
  *            that a server that goes away is noticed (EOF) and the
@@ -95,13 +96,13 @@ typedef struct {
     size_t                             last_error_len;
     u_char                             last_error[
                                            NGX_HTTP_IDEMPOTENCY_MYSQL_ERRLEN];
-} ngx_http_idempotency_mysql_pool_t;
+} ngx_http_idempotency_mysql_conns_t;
 
 
 typedef struct {
-    ngx_queue_t                        queue;
-    ngx_http_idempotency_mysql_pool_t *pool;
-    ngx_http_idempotency_op_t         *op;
+    ngx_queue_t                         queue;
+    ngx_http_idempotency_mysql_conns_t *conns;
+    ngx_http_idempotency_op_t          *op;
 
     MYSQL                             *mysql;
     ngx_connection_t                  *c;
@@ -125,17 +126,17 @@ typedef struct {
 } ngx_http_idempotency_mysql_conn_t;
 
 
-static ngx_http_idempotency_mysql_pool_t *ngx_http_idempotency_mysql_pool(
+static ngx_http_idempotency_mysql_conns_t *ngx_http_idempotency_mysql_conns(
     ngx_http_idempotency_shard_t *shard);
 static void ngx_http_idempotency_mysql_kick(
-    ngx_http_idempotency_mysql_pool_t *pool);
+    ngx_http_idempotency_mysql_conns_t *conns);
 static void ngx_http_idempotency_mysql_fail_waiting(
-    ngx_http_idempotency_mysql_pool_t *pool);
+    ngx_http_idempotency_mysql_conns_t *conns);
 static void ngx_http_idempotency_mysql_enqueue(
-    ngx_http_idempotency_mysql_pool_t *pool, ngx_http_idempotency_op_t *op);
+    ngx_http_idempotency_mysql_conns_t *conns, ngx_http_idempotency_op_t *op);
 
 static ngx_int_t ngx_http_idempotency_mysql_open(
-    ngx_http_idempotency_mysql_pool_t *pool, ngx_http_idempotency_op_t *op);
+    ngx_http_idempotency_mysql_conns_t *conns, ngx_http_idempotency_op_t *op);
 static MYSQL *ngx_http_idempotency_mysql_handle(
     ngx_http_idempotency_shard_t *shard);
 static ngx_int_t ngx_http_idempotency_mysql_ssl(MYSQL *mysql,
@@ -248,10 +249,10 @@ ngx_http_idempotency_op_create(ngx_http_idempotency_shard_t *shard,
 void
 ngx_http_idempotency_op_run(ngx_http_idempotency_op_t *op)
 {
-    ngx_queue_t                        *q;
-    ngx_http_idempotency_store_t       *store;
-    ngx_http_idempotency_mysql_conn_t  *conn;
-    ngx_http_idempotency_mysql_pool_t  *pool;
+    ngx_queue_t                         *q;
+    ngx_http_idempotency_store_t        *store;
+    ngx_http_idempotency_mysql_conn_t   *conn;
+    ngx_http_idempotency_mysql_conns_t  *conns;
 
     op->timer.handler = ngx_http_idempotency_mysql_op_timeout;
     op->timer.data = op;
@@ -262,8 +263,8 @@ ngx_http_idempotency_op_run(ngx_http_idempotency_op_t *op)
                    "idempotency mysql %s start: mysql=%V, %uz bytes",
                    op->name, &op->shard->name, op->sql.len);
 
-    pool = ngx_http_idempotency_mysql_pool(op->shard);
-    if (pool == NULL) {
+    conns = ngx_http_idempotency_mysql_conns(op->shard);
+    if (conns == NULL) {
         ngx_http_idempotency_mysql_op_error(op, CR_OUT_OF_MEMORY,
                                             (u_char *) "out of memory", 13);
         ngx_http_idempotency_mysql_op_finish(op,
@@ -271,7 +272,7 @@ ngx_http_idempotency_op_run(ngx_http_idempotency_op_t *op)
         return;
     }
 
-    store = pool->store;
+    store = conns->store;
 
     /* the deadline covers the wait for a connection and the execution */
 
@@ -279,10 +280,10 @@ ngx_http_idempotency_op_run(ngx_http_idempotency_op_t *op)
         ngx_add_timer(&op->timer, store->query_timeout);
     }
 
-    if (!ngx_queue_empty(&pool->idle)) {
-        q = ngx_queue_head(&pool->idle);
+    if (!ngx_queue_empty(&conns->idle)) {
+        q = ngx_queue_head(&conns->idle);
         ngx_queue_remove(q);
-        ngx_queue_insert_tail(&pool->busy, q);
+        ngx_queue_insert_tail(&conns->busy, q);
 
         conn = ngx_queue_data(q, ngx_http_idempotency_mysql_conn_t, queue);
 
@@ -295,56 +296,56 @@ ngx_http_idempotency_op_run(ngx_http_idempotency_op_t *op)
         return;
     }
 
-    if (ngx_http_idempotency_outage_backoff(&pool->outage)) {
+    if (ngx_http_idempotency_outage_backoff(&conns->outage)) {
         ngx_http_idempotency_mysql_op_down(op);
         return;
     }
 
-    if (pool->nconns < store->pool_size
-        && !(pool->outage.down && pool->nconnect))
+    if (conns->nconns < store->pool_size
+        && !(conns->outage.down && conns->nconnect))
     {
         /* a new connection will be made for it */
 
-        ngx_http_idempotency_mysql_enqueue(pool, op);
-        ngx_http_idempotency_mysql_kick(pool);
+        ngx_http_idempotency_mysql_enqueue(conns, op);
+        ngx_http_idempotency_mysql_kick(conns);
         return;
     }
 
     if (!op->urgent
-        && pool->nwaiting >= store->wait_queue + pool->nunbound)
+        && conns->nwaiting >= store->wait_queue + conns->nunbound)
     {
         ngx_log_debug3(NGX_LOG_DEBUG_HTTP, op->log, 0,
                        "idempotency mysql %s: pool busy, "
                        "%ui connections, %ui waiting",
-                       op->name, pool->nconns, pool->nwaiting);
+                       op->name, conns->nconns, conns->nwaiting);
 
         ngx_http_idempotency_mysql_op_finish(op,
                                              NGX_HTTP_IDEMPOTENCY_OP_BUSY);
         return;
     }
 
-    ngx_http_idempotency_mysql_enqueue(pool, op);
+    ngx_http_idempotency_mysql_enqueue(conns, op);
 }
 
 
 /* urgent ops wait behind urgent ones only, the others in arrival order */
 
 static void
-ngx_http_idempotency_mysql_enqueue(ngx_http_idempotency_mysql_pool_t *pool,
+ngx_http_idempotency_mysql_enqueue(ngx_http_idempotency_mysql_conns_t *conns,
     ngx_http_idempotency_op_t *op)
 {
     ngx_queue_t                *q;
     ngx_http_idempotency_op_t  *w;
 
-    pool->nwaiting++;
+    conns->nwaiting++;
 
     if (!op->urgent) {
-        ngx_queue_insert_tail(&pool->waiting, &op->queue);
+        ngx_queue_insert_tail(&conns->waiting, &op->queue);
         return;
     }
 
-    for (q = ngx_queue_head(&pool->waiting);
-         q != ngx_queue_sentinel(&pool->waiting);
+    for (q = ngx_queue_head(&conns->waiting);
+         q != ngx_queue_sentinel(&conns->waiting);
          q = ngx_queue_next(q))
     {
         w = ngx_queue_data(q, ngx_http_idempotency_op_t, queue);
@@ -382,30 +383,30 @@ void
 ngx_http_idempotency_mysql_stats(ngx_http_idempotency_shard_t *shard,
     ngx_http_idempotency_pool_stats_t *st)
 {
-    ngx_queue_t                        *q;
-    ngx_http_idempotency_mysql_pool_t  *pool;
+    ngx_queue_t                         *q;
+    ngx_http_idempotency_mysql_conns_t  *conns;
 
     ngx_memzero(st, sizeof(ngx_http_idempotency_pool_stats_t));
     st->up = 1;
 
-    pool = shard->pool;
+    conns = shard->conns;
 
-    if (pool == NULL) {
+    if (conns == NULL) {
         return;
     }
 
-    st->up = !pool->outage.down;
-    st->queued = pool->nwaiting;
+    st->up = !conns->outage.down;
+    st->queued = conns->nwaiting;
 
-    for (q = ngx_queue_head(&pool->idle);
-         q != ngx_queue_sentinel(&pool->idle);
+    for (q = ngx_queue_head(&conns->idle);
+         q != ngx_queue_sentinel(&conns->idle);
          q = ngx_queue_next(q))
     {
         st->idle++;
     }
 
-    for (q = ngx_queue_head(&pool->busy);
-         q != ngx_queue_sentinel(&pool->busy);
+    for (q = ngx_queue_head(&conns->busy);
+         q != ngx_queue_sentinel(&conns->busy);
          q = ngx_queue_next(q))
     {
         st->busy++;
@@ -416,13 +417,13 @@ ngx_http_idempotency_mysql_stats(ngx_http_idempotency_shard_t *shard,
 void
 ngx_http_idempotency_mysql_exit(ngx_cycle_t *cycle)
 {
-    ngx_uint_t                          i, j;
-    ngx_queue_t                        *q;
-    ngx_http_idempotency_shard_t       *shard;
-    ngx_http_idempotency_store_t      **stores;
-    ngx_http_idempotency_main_conf_t   *imcf;
-    ngx_http_idempotency_mysql_conn_t  *conn;
-    ngx_http_idempotency_mysql_pool_t  *pool;
+    ngx_uint_t                           i, j;
+    ngx_queue_t                         *q;
+    ngx_http_idempotency_shard_t        *shard;
+    ngx_http_idempotency_store_t       **stores;
+    ngx_http_idempotency_main_conf_t    *imcf;
+    ngx_http_idempotency_mysql_conn_t   *conn;
+    ngx_http_idempotency_mysql_conns_t  *conns;
 
     imcf = ngx_http_cycle_get_module_main_conf(cycle,
                                                ngx_http_idempotency_module);
@@ -438,21 +439,21 @@ ngx_http_idempotency_mysql_exit(ngx_cycle_t *cycle)
 
         for (j = 0; j < stores[i]->shards.nelts; j++) {
 
-            pool = shard[j].pool;
-            if (pool == NULL) {
+            conns = shard[j].conns;
+            if (conns == NULL) {
                 continue;
             }
 
             /* the process is going away: ops are dropped, not answered */
 
-            while (!ngx_queue_empty(&pool->waiting)) {
-                q = ngx_queue_head(&pool->waiting);
+            while (!ngx_queue_empty(&conns->waiting)) {
+                q = ngx_queue_head(&conns->waiting);
                 ngx_http_idempotency_mysql_op_drop(
                     ngx_queue_data(q, ngx_http_idempotency_op_t, queue));
             }
 
-            while (!ngx_queue_empty(&pool->busy)) {
-                q = ngx_queue_head(&pool->busy);
+            while (!ngx_queue_empty(&conns->busy)) {
+                q = ngx_queue_head(&conns->busy);
                 conn = ngx_queue_data(q, ngx_http_idempotency_mysql_conn_t,
                                       queue);
 
@@ -465,13 +466,13 @@ ngx_http_idempotency_mysql_exit(ngx_cycle_t *cycle)
                 ngx_http_idempotency_mysql_discard(conn);
             }
 
-            while (!ngx_queue_empty(&pool->idle)) {
-                q = ngx_queue_head(&pool->idle);
+            while (!ngx_queue_empty(&conns->idle)) {
+                q = ngx_queue_head(&conns->idle);
                 conn = ngx_queue_data(q, ngx_http_idempotency_mysql_conn_t,
                                       queue);
 
                 ngx_queue_remove(q);
-                pool->nconns--;
+                conns->nconns--;
 
                 ngx_http_idempotency_mysql_unwrap(conn);
 
@@ -480,7 +481,7 @@ ngx_http_idempotency_mysql_exit(ngx_cycle_t *cycle)
                 conn->mysql = NULL;
             }
 
-            shard[j].pool = NULL;
+            shard[j].conns = NULL;
         }
     }
 
@@ -489,66 +490,66 @@ ngx_http_idempotency_mysql_exit(ngx_cycle_t *cycle)
 }
 
 
-static ngx_http_idempotency_mysql_pool_t *
-ngx_http_idempotency_mysql_pool(ngx_http_idempotency_shard_t *shard)
+static ngx_http_idempotency_mysql_conns_t *
+ngx_http_idempotency_mysql_conns(ngx_http_idempotency_shard_t *shard)
 {
-    ngx_http_idempotency_mysql_pool_t  *pool;
+    ngx_http_idempotency_mysql_conns_t  *conns;
 
-    if (shard->pool) {
-        return shard->pool;
+    if (shard->conns) {
+        return shard->conns;
     }
 
     /* per worker: the configuration is private to the process after fork */
 
-    pool = ngx_pcalloc(ngx_cycle->pool,
-                       sizeof(ngx_http_idempotency_mysql_pool_t));
-    if (pool == NULL) {
+    conns = ngx_pcalloc(ngx_cycle->pool,
+                       sizeof(ngx_http_idempotency_mysql_conns_t));
+    if (conns == NULL) {
         return NULL;
     }
 
-    pool->shard = shard;
-    pool->store = shard->store;
-    pool->log = ngx_cycle->log;
+    conns->shard = shard;
+    conns->store = shard->store;
+    conns->log = ngx_cycle->log;
 
-    ngx_queue_init(&pool->idle);
-    ngx_queue_init(&pool->busy);
-    ngx_queue_init(&pool->waiting);
-    ngx_queue_init(&pool->spare);
+    ngx_queue_init(&conns->idle);
+    ngx_queue_init(&conns->busy);
+    ngx_queue_init(&conns->waiting);
+    ngx_queue_init(&conns->spare);
 
-    ngx_http_idempotency_outage_init(&pool->outage, pool->log,
+    ngx_http_idempotency_outage_init(&conns->outage, conns->log,
                                      &shard->store->name, "mysql",
                                      &shard->name);
 
-    shard->pool = pool;
+    shard->conns = conns;
 
-    return pool;
+    return conns;
 }
 
 
-/* make connections for queued ops while the pool may grow */
+/* make connections for queued ops while there may be more */
 
 static void
-ngx_http_idempotency_mysql_kick(ngx_http_idempotency_mysql_pool_t *pool)
+ngx_http_idempotency_mysql_kick(ngx_http_idempotency_mysql_conns_t *conns)
 {
-    while (pool->nwaiting > pool->nunbound
-           && pool->nconns < pool->store->pool_size)
+    while (conns->nwaiting > conns->nunbound
+           && conns->nconns < conns->store->pool_size)
     {
-        if (ngx_http_idempotency_outage_backoff(&pool->outage)) {
-            if (pool->nconns == 0) {
-                ngx_http_idempotency_mysql_fail_waiting(pool);
+        if (ngx_http_idempotency_outage_backoff(&conns->outage)) {
+            if (conns->nconns == 0) {
+                ngx_http_idempotency_mysql_fail_waiting(conns);
             }
 
             return;
         }
 
-        if (pool->outage.down && pool->nconnect) {
+        if (conns->outage.down && conns->nconnect) {
             /* one probe at a time while the server is down */
             return;
         }
 
-        if (ngx_http_idempotency_mysql_open(pool, NULL) != NGX_OK) {
-            if (pool->nconns == 0) {
-                ngx_http_idempotency_mysql_fail_waiting(pool);
+        if (ngx_http_idempotency_mysql_open(conns, NULL) != NGX_OK) {
+            if (conns->nconns == 0) {
+                ngx_http_idempotency_mysql_fail_waiting(conns);
             }
 
             return;
@@ -559,12 +560,12 @@ ngx_http_idempotency_mysql_kick(ngx_http_idempotency_mysql_pool_t *pool)
 
 static void
 ngx_http_idempotency_mysql_fail_waiting(
-    ngx_http_idempotency_mysql_pool_t *pool)
+    ngx_http_idempotency_mysql_conns_t *conns)
 {
     ngx_queue_t  *q;
 
-    while (!ngx_queue_empty(&pool->waiting)) {
-        q = ngx_queue_head(&pool->waiting);
+    while (!ngx_queue_empty(&conns->waiting)) {
+        q = ngx_queue_head(&conns->waiting);
         ngx_http_idempotency_mysql_op_down(
             ngx_queue_data(q, ngx_http_idempotency_op_t, queue));
     }
@@ -577,7 +578,7 @@ ngx_http_idempotency_mysql_fail_waiting(
  */
 
 static ngx_int_t
-ngx_http_idempotency_mysql_open(ngx_http_idempotency_mysql_pool_t *pool,
+ngx_http_idempotency_mysql_open(ngx_http_idempotency_mysql_conns_t *conns,
     ngx_http_idempotency_op_t *op)
 {
     int                                 status;
@@ -589,11 +590,11 @@ ngx_http_idempotency_mysql_open(ngx_http_idempotency_mysql_pool_t *pool,
     ngx_http_idempotency_store_t       *store;
     ngx_http_idempotency_mysql_conn_t  *conn;
 
-    shard = pool->shard;
-    store = pool->store;
+    shard = conns->shard;
+    store = conns->store;
 
-    if (!ngx_queue_empty(&pool->spare)) {
-        q = ngx_queue_head(&pool->spare);
+    if (!ngx_queue_empty(&conns->spare)) {
+        q = ngx_queue_head(&conns->spare);
         ngx_queue_remove(q);
         conn = ngx_queue_data(q, ngx_http_idempotency_mysql_conn_t, queue);
         ngx_memzero(conn, sizeof(ngx_http_idempotency_mysql_conn_t));
@@ -608,14 +609,14 @@ ngx_http_idempotency_mysql_open(ngx_http_idempotency_mysql_pool_t *pool,
 
     mysql = ngx_http_idempotency_mysql_handle(shard);
     if (mysql == NULL) {
-        ngx_queue_insert_head(&pool->spare, &conn->queue);
+        ngx_queue_insert_head(&conns->spare, &conn->queue);
         goto failed;
     }
 
     host = shard->socket.len ? NULL : (char *) shard->host.data;
     sock = shard->socket.len ? (char *) shard->socket.data : NULL;
 
-    conn->pool = pool;
+    conn->conns = conns;
     conn->mysql = mysql;
     conn->state = NGX_HTTP_IDEMPOTENCY_MYSQL_CONNECT;
     conn->started = ngx_current_msec;
@@ -627,30 +628,30 @@ ngx_http_idempotency_mysql_open(ngx_http_idempotency_mysql_pool_t *pool,
 
     } else {
         conn->unbound = 1;
-        pool->nunbound++;
+        conns->nunbound++;
     }
 
-    ngx_queue_insert_tail(&pool->busy, &conn->queue);
-    pool->nconns++;
-    pool->nconnect++;
+    ngx_queue_insert_tail(&conns->busy, &conn->queue);
+    conns->nconns++;
+    conns->nconnect++;
 
     /* conn timers never hold a worker: an op's own timer does */
 
     conn->timer.handler = ngx_http_idempotency_mysql_connect_timeout;
     conn->timer.data = conn;
-    conn->timer.log = pool->log;
+    conn->timer.log = conns->log;
     conn->timer.cancelable = 1;
 
     conn->wait.handler = ngx_http_idempotency_mysql_wait_handler;
     conn->wait.data = conn;
-    conn->wait.log = pool->log;
+    conn->wait.log = conns->log;
     conn->wait.cancelable = 1;
 
     if (store->connect_timeout) {
         ngx_add_timer(&conn->timer, store->connect_timeout);
     }
 
-    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, pool->log, 0,
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, conns->log, 0,
                    "idempotency mysql connect: store \"%V\" mysql=%V",
                    &store->name, &shard->name);
 
@@ -674,7 +675,7 @@ ngx_http_idempotency_mysql_open(ngx_http_idempotency_mysql_pool_t *pool,
 
 failed:
 
-    ngx_log_error(NGX_LOG_ALERT, pool->log, 0,
+    ngx_log_error(NGX_LOG_ALERT, conns->log, 0,
                   "idempotency store \"%V\" mysql=%V: "
                   "could not allocate a connection",
                   &store->name, &shard->name);
@@ -811,7 +812,7 @@ ngx_http_idempotency_mysql_nonblocking(
     ngx_http_idempotency_mysql_conn_t *conn, ngx_socket_t s)
 {
     if (conn->nonblocking
-        || conn->pool->store->ssl == NGX_HTTP_IDEMPOTENCY_SSL_OFF)
+        || conn->conns->store->ssl == NGX_HTTP_IDEMPOTENCY_SSL_OFF)
     {
         return NGX_OK;
     }
@@ -819,7 +820,7 @@ ngx_http_idempotency_mysql_nonblocking(
     /* the driver keeps the mode it set in a copy: it never resets ours */
 
     if (ngx_nonblocking(s) == -1) {
-        ngx_log_error(NGX_LOG_ALERT, conn->pool->log, ngx_socket_errno,
+        ngx_log_error(NGX_LOG_ALERT, conn->conns->log, ngx_socket_errno,
                       ngx_nonblocking_n " failed");
         return NGX_ERROR;
     }
@@ -833,11 +834,11 @@ ngx_http_idempotency_mysql_nonblocking(
 static ngx_int_t
 ngx_http_idempotency_mysql_connected(ngx_http_idempotency_mysql_conn_t *conn)
 {
-    const char                         *text;
-    ngx_http_idempotency_op_t          *op;
-    ngx_http_idempotency_mysql_pool_t  *pool;
+    const char                          *text;
+    ngx_http_idempotency_op_t           *op;
+    ngx_http_idempotency_mysql_conns_t  *conns;
 
-    pool = conn->pool;
+    conns = conn->conns;
 
     if (conn->connected == NULL) {
         text = mysql_error(conn->mysql);
@@ -852,7 +853,7 @@ ngx_http_idempotency_mysql_connected(ngx_http_idempotency_mysql_conn_t *conn)
      * offer TLS, unless the certificate is verified
      */
 
-    if (pool->store->ssl != NGX_HTTP_IDEMPOTENCY_SSL_OFF
+    if (conns->store->ssl != NGX_HTTP_IDEMPOTENCY_SSL_OFF
         && mysql_get_ssl_cipher(conn->mysql) == NULL)
     {
         text = "TLS is required (\"ssl=\"), but the server does not "
@@ -880,20 +881,20 @@ ngx_http_idempotency_mysql_connected(ngx_http_idempotency_mysql_conn_t *conn)
         ngx_del_timer(&conn->timer);
     }
 
-    pool->nconnect--;
+    conns->nconnect--;
 
     if (conn->unbound) {
         conn->unbound = 0;
-        pool->nunbound--;
+        conns->nunbound--;
     }
 
-    ngx_http_idempotency_outage_over(&pool->outage);
+    ngx_http_idempotency_outage_over(&conns->outage);
 
-    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, pool->log, 0,
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, conns->log, 0,
                    "idempotency mysql connected: mysql=%V, "
                    "thread id %ui, %ui connections",
-                   &pool->shard->name,
-                   (ngx_uint_t) mysql_thread_id(conn->mysql), pool->nconns);
+                   &conns->shard->name,
+                   (ngx_uint_t) mysql_thread_id(conn->mysql), conns->nconns);
 
     conn->state = NGX_HTTP_IDEMPOTENCY_MYSQL_IDLE;
     conn->events = 0;
@@ -916,31 +917,31 @@ ngx_http_idempotency_mysql_connect_failed(
     ngx_http_idempotency_mysql_conn_t *conn, ngx_uint_t err, u_char *text,
     size_t len)
 {
-    ngx_http_idempotency_op_t          *op;
-    ngx_http_idempotency_mysql_pool_t  *pool;
+    ngx_http_idempotency_op_t           *op;
+    ngx_http_idempotency_mysql_conns_t  *conns;
 
-    pool = conn->pool;
+    conns = conn->conns;
 
     len = ngx_min(len, NGX_HTTP_IDEMPOTENCY_MYSQL_ERRLEN);
-    ngx_memcpy(pool->last_error, text, len);
-    pool->last_error_len = len;
-    pool->last_err = err;
+    ngx_memcpy(conns->last_error, text, len);
+    conns->last_error_len = len;
+    conns->last_err = err;
 
     /* the driver's text never has the password */
 
     if (err) {
-        ngx_http_idempotency_outage_failed(&pool->outage, conn->started,
+        ngx_http_idempotency_outage_failed(&conns->outage, conn->started,
                                            "connect failed: (%ui) %*s",
                                            err, len, text);
     } else {
-        ngx_http_idempotency_outage_failed(&pool->outage, conn->started,
+        ngx_http_idempotency_outage_failed(&conns->outage, conn->started,
                                            "connect failed: %*s", len, text);
     }
 
-    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, pool->log, 0,
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, conns->log, 0,
                    "idempotency mysql connect failed: mysql=%V, (%ui), "
                    "backoff %M",
-                   &pool->shard->name, err, pool->outage.backoff);
+                   &conns->shard->name, err, conns->outage.backoff);
 
     op = conn->op;
 
@@ -955,7 +956,7 @@ ngx_http_idempotency_mysql_connect_failed(
         ngx_http_idempotency_mysql_op_down(op);
     }
 
-    ngx_http_idempotency_mysql_fail_waiting(pool);
+    ngx_http_idempotency_mysql_fail_waiting(conns);
 
     return NGX_DONE;
 }
@@ -971,7 +972,7 @@ ngx_http_idempotency_mysql_connect_timeout(ngx_event_t *ev)
     conn = ev->data;
 
     p = ngx_snprintf(text, sizeof(text), "timed out (%M ms)",
-                     conn->pool->store->connect_timeout);
+                     conn->conns->store->connect_timeout);
 
     (void) ngx_http_idempotency_mysql_connect_failed(conn, 0, text,
                                                      p - text);
@@ -1111,7 +1112,7 @@ ngx_http_idempotency_mysql_cont(ngx_http_idempotency_mysql_conn_t *conn,
     switch (conn->state) {
 
     case NGX_HTTP_IDEMPOTENCY_MYSQL_CONNECT:
-        left = conn->started + conn->pool->store->connect_timeout
+        left = conn->started + conn->conns->store->connect_timeout
                - ngx_current_msec;
         ngx_http_idempotency_mysql_handshake_left = ngx_max(left, 1);
 
@@ -1199,13 +1200,13 @@ ngx_http_idempotency_mysql_result(ngx_http_idempotency_mysql_conn_t *conn)
 static ngx_int_t
 ngx_http_idempotency_mysql_failed(ngx_http_idempotency_mysql_conn_t *conn)
 {
-    ngx_uint_t                          err;
-    const char                         *text;
-    ngx_http_idempotency_op_t          *op;
-    ngx_http_idempotency_mysql_pool_t  *pool;
+    ngx_uint_t                           err;
+    const char                          *text;
+    ngx_http_idempotency_op_t           *op;
+    ngx_http_idempotency_mysql_conns_t  *conns;
 
     op = conn->op;
-    pool = conn->pool;
+    conns = conn->conns;
 
     err = mysql_errno(conn->mysql);
     text = mysql_error(conn->mysql);
@@ -1222,10 +1223,10 @@ ngx_http_idempotency_mysql_failed(ngx_http_idempotency_mysql_conn_t *conn)
          * once more on a new connection, within its own deadline
          */
 
-        ngx_log_error(NGX_LOG_INFO, pool->log, 0,
+        ngx_log_error(NGX_LOG_INFO, conns->log, 0,
                       "idempotency store \"%V\" mysql=%V: %s failed: "
                       "(%ui) %s, retrying on a new connection",
-                      &pool->store->name, &pool->shard->name,
+                      &conns->store->name, &conns->shard->name,
                       op->name, err, text);
 
         conn->op = NULL;
@@ -1233,11 +1234,11 @@ ngx_http_idempotency_mysql_failed(ngx_http_idempotency_mysql_conn_t *conn)
 
         ngx_http_idempotency_mysql_discard(conn);
 
-        if (ngx_http_idempotency_outage_backoff(&pool->outage)) {
+        if (ngx_http_idempotency_outage_backoff(&conns->outage)) {
             ngx_http_idempotency_mysql_op_down(op);
 
         } else {
-            (void) ngx_http_idempotency_mysql_open(pool, op);
+            (void) ngx_http_idempotency_mysql_open(conns, op);
         }
 
         return NGX_DONE;
@@ -1254,10 +1255,10 @@ ngx_http_idempotency_mysql_failed(ngx_http_idempotency_mysql_conn_t *conn)
         /* the connection is lost or in an unknown state */
 
         if (err >= CR_MIN_ERROR && err <= CR_MAX_ERROR) {
-            ngx_log_error(NGX_LOG_WARN, pool->log, 0,
+            ngx_log_error(NGX_LOG_WARN, conns->log, 0,
                           "idempotency store \"%V\" mysql=%V: %s failed: "
                           "(%ui) %s",
-                          &pool->store->name, &pool->shard->name,
+                          &conns->store->name, &conns->shard->name,
                           op->name, err, text);
         }
 
@@ -1267,7 +1268,7 @@ ngx_http_idempotency_mysql_failed(ngx_http_idempotency_mysql_conn_t *conn)
         ngx_http_idempotency_mysql_discard(conn);
         ngx_http_idempotency_mysql_op_finish(op,
                                         NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR);
-        ngx_http_idempotency_mysql_kick(pool);
+        ngx_http_idempotency_mysql_kick(conns);
 
         return NGX_DONE;
     }
@@ -1306,15 +1307,15 @@ static ngx_int_t
 ngx_http_idempotency_mysql_abort_op(ngx_http_idempotency_mysql_conn_t *conn,
     ngx_uint_t rc, char *text)
 {
-    ngx_http_idempotency_op_t          *op;
-    ngx_http_idempotency_mysql_pool_t  *pool;
+    ngx_http_idempotency_op_t           *op;
+    ngx_http_idempotency_mysql_conns_t  *conns;
 
     op = conn->op;
-    pool = conn->pool;
+    conns = conn->conns;
 
-    ngx_log_error(NGX_LOG_ALERT, pool->log, 0,
+    ngx_log_error(NGX_LOG_ALERT, conns->log, 0,
                   "idempotency store \"%V\" mysql=%V: %s failed: %s",
-                  &pool->store->name, &pool->shard->name, op->name, text);
+                  &conns->store->name, &conns->shard->name, op->name, text);
 
     conn->op = NULL;
     op->conn = NULL;
@@ -1324,7 +1325,7 @@ ngx_http_idempotency_mysql_abort_op(ngx_http_idempotency_mysql_conn_t *conn,
     ngx_http_idempotency_mysql_op_error(op, CR_UNKNOWN_ERROR, (u_char *) text,
                                         ngx_strlen(text));
     ngx_http_idempotency_mysql_op_finish(op, rc);
-    ngx_http_idempotency_mysql_kick(pool);
+    ngx_http_idempotency_mysql_kick(conns);
 
     return NGX_DONE;
 }
@@ -1335,22 +1336,22 @@ ngx_http_idempotency_mysql_abort_op(ngx_http_idempotency_mysql_conn_t *conn,
 static void
 ngx_http_idempotency_mysql_next(ngx_http_idempotency_mysql_conn_t *conn)
 {
-    ngx_queue_t                        *q;
-    ngx_http_idempotency_op_t          *op;
-    ngx_http_idempotency_mysql_pool_t  *pool;
+    ngx_queue_t                         *q;
+    ngx_http_idempotency_op_t           *op;
+    ngx_http_idempotency_mysql_conns_t  *conns;
 
-    pool = conn->pool;
+    conns = conn->conns;
 
     for ( ;; ) {
 
-        if (ngx_queue_empty(&pool->waiting)) {
+        if (ngx_queue_empty(&conns->waiting)) {
             ngx_http_idempotency_mysql_park(conn);
             return;
         }
 
-        q = ngx_queue_head(&pool->waiting);
+        q = ngx_queue_head(&conns->waiting);
         ngx_queue_remove(q);
-        pool->nwaiting--;
+        conns->nwaiting--;
 
         op = ngx_queue_data(q, ngx_http_idempotency_op_t, queue);
         op->queue.prev = NULL;
@@ -1366,16 +1367,16 @@ ngx_http_idempotency_mysql_next(ngx_http_idempotency_mysql_conn_t *conn)
 static void
 ngx_http_idempotency_mysql_park(ngx_http_idempotency_mysql_conn_t *conn)
 {
-    ngx_connection_t                   *c;
-    ngx_http_idempotency_mysql_pool_t  *pool;
+    ngx_connection_t                    *c;
+    ngx_http_idempotency_mysql_conns_t  *conns;
 
-    pool = conn->pool;
+    conns = conn->conns;
 
     conn->state = NGX_HTTP_IDEMPOTENCY_MYSQL_IDLE;
     conn->events = 0;
 
     ngx_queue_remove(&conn->queue);
-    ngx_queue_insert_head(&pool->idle, &conn->queue);
+    ngx_queue_insert_head(&conns->idle, &conn->queue);
 
     /* if everything so far completed without waiting, there is no c yet */
 
@@ -1533,10 +1534,10 @@ ngx_http_idempotency_mysql_wait_handler(ngx_event_t *ev)
 static void
 ngx_http_idempotency_mysql_idle_check(ngx_http_idempotency_mysql_conn_t *conn)
 {
-    ngx_int_t                           rc;
-    ngx_http_idempotency_mysql_pool_t  *pool;
+    ngx_int_t                            rc;
+    ngx_http_idempotency_mysql_conns_t  *conns;
 
-    pool = conn->pool;
+    conns = conn->conns;
 
     rc = ngx_http_idempotency_conn_peek(conn->c);
 
@@ -1545,16 +1546,16 @@ ngx_http_idempotency_mysql_idle_check(ngx_http_idempotency_mysql_conn_t *conn)
     }
 
     if (rc == NGX_ERROR) {
-        ngx_log_error(NGX_LOG_INFO, pool->log, ngx_socket_errno,
+        ngx_log_error(NGX_LOG_INFO, conns->log, ngx_socket_errno,
                       "idempotency store \"%V\" mysql=%V: "
                       "idle connection failed",
-                      &pool->store->name, &pool->shard->name);
+                      &conns->store->name, &conns->shard->name);
 
     } else {
-        ngx_log_error(NGX_LOG_INFO, pool->log, 0,
+        ngx_log_error(NGX_LOG_INFO, conns->log, 0,
                       "idempotency store \"%V\" mysql=%V: idle connection "
                       "closed by the server%s",
-                      &pool->store->name, &pool->shard->name,
+                      &conns->store->name, &conns->shard->name,
                       (rc == NGX_OK) ? " (unexpected data)" : "");
     }
 
@@ -1611,7 +1612,7 @@ ngx_http_idempotency_mysql_wrap(ngx_http_idempotency_mysql_conn_t *conn)
     conn->c = ngx_http_idempotency_conn_wrap(s, conn,
                                       ngx_http_idempotency_mysql_read_handler,
                                       ngx_http_idempotency_mysql_write_handler,
-                                      conn->pool->log);
+                                      conn->conns->log);
 
     return conn->c ? NGX_OK : NGX_ERROR;
 }
@@ -1638,16 +1639,16 @@ ngx_http_idempotency_mysql_unwrap(ngx_http_idempotency_mysql_conn_t *conn)
 static void
 ngx_http_idempotency_mysql_discard(ngx_http_idempotency_mysql_conn_t *conn)
 {
-    int                                 status;
-    ngx_uint_t                          n;
-    ngx_socket_t                        s;
-    ngx_http_idempotency_mysql_pool_t  *pool;
+    int                                  status;
+    ngx_uint_t                           n;
+    ngx_socket_t                         s;
+    ngx_http_idempotency_mysql_conns_t  *conns;
 
-    pool = conn->pool;
+    conns = conn->conns;
 
-    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, pool->log, 0,
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, conns->log, 0,
                    "idempotency mysql close: mysql=%V, state %ui",
-                   &pool->shard->name, conn->state);
+                   &conns->shard->name, conn->state);
 
     s = ngx_http_idempotency_mysql_socket(conn);
 
@@ -1665,10 +1666,10 @@ ngx_http_idempotency_mysql_discard(ngx_http_idempotency_mysql_conn_t *conn)
     }
 
     if (conn->events) {
-        ngx_log_error(NGX_LOG_ALERT, pool->log, 0,
+        ngx_log_error(NGX_LOG_ALERT, conns->log, 0,
                       "idempotency store \"%V\" mysql=%V: "
                       "interrupted call did not end",
-                      &pool->store->name, &pool->shard->name);
+                      &conns->store->name, &conns->shard->name);
     }
 
     if (conn->res) {
@@ -1696,21 +1697,21 @@ ngx_http_idempotency_mysql_discard(ngx_http_idempotency_mysql_conn_t *conn)
     }
 
     if (status) {
-        ngx_log_error(NGX_LOG_ALERT, pool->log, 0,
+        ngx_log_error(NGX_LOG_ALERT, conns->log, 0,
                       "idempotency store \"%V\" mysql=%V: "
                       "mysql_close_start() did not end",
-                      &pool->store->name, &pool->shard->name);
+                      &conns->store->name, &conns->shard->name);
     }
 
     conn->mysql = NULL;
 
     if (conn->state == NGX_HTTP_IDEMPOTENCY_MYSQL_CONNECT) {
-        pool->nconnect--;
+        conns->nconnect--;
     }
 
     if (conn->unbound) {
         conn->unbound = 0;
-        pool->nunbound--;
+        conns->nunbound--;
     }
 
     conn->op = NULL;
@@ -1718,27 +1719,27 @@ ngx_http_idempotency_mysql_discard(ngx_http_idempotency_mysql_conn_t *conn)
     conn->state = NGX_HTTP_IDEMPOTENCY_MYSQL_IDLE;
 
     ngx_queue_remove(&conn->queue);
-    pool->nconns--;
+    conns->nconns--;
 
-    ngx_queue_insert_head(&pool->spare, &conn->queue);
+    ngx_queue_insert_head(&conns->spare, &conn->queue);
 }
 
 
 static void
 ngx_http_idempotency_mysql_op_timeout(ngx_event_t *ev)
 {
-    ngx_http_idempotency_op_t          *op;
-    ngx_http_idempotency_mysql_conn_t  *conn;
-    ngx_http_idempotency_mysql_pool_t  *pool;
+    ngx_http_idempotency_op_t           *op;
+    ngx_http_idempotency_mysql_conn_t   *conn;
+    ngx_http_idempotency_mysql_conns_t  *conns;
 
     op = ev->data;
     conn = op->conn;
-    pool = op->shard->pool;
+    conns = op->shard->conns;
 
     ngx_log_error(NGX_LOG_WARN, op->log, 0,
                   "idempotency store \"%V\" mysql=%V: %s timed out (%M ms)%s",
-                  &pool->store->name, &pool->shard->name, op->name,
-                  pool->store->query_timeout,
+                  &conns->store->name, &conns->shard->name, op->name,
+                  conns->store->query_timeout,
                   conn ? "" : " waiting for a connection");
 
     ngx_http_idempotency_mysql_op_finish(op, NGX_HTTP_IDEMPOTENCY_OP_TIMEOUT);
@@ -1750,30 +1751,30 @@ ngx_http_idempotency_mysql_op_timeout(ngx_event_t *ev)
     conn->op = NULL;
 
     if (conn->state == NGX_HTTP_IDEMPOTENCY_MYSQL_CONNECT) {
-        /* a connect made for this op goes on for the pool */
+        /* a connect made for this op goes on for the queue */
         conn->unbound = 1;
-        pool->nunbound++;
+        conns->nunbound++;
         return;
     }
 
     /* the connection was running the op: its state is unknown */
 
     ngx_http_idempotency_mysql_discard(conn);
-    ngx_http_idempotency_mysql_kick(pool);
+    ngx_http_idempotency_mysql_kick(conns);
 }
 
 
 /*
  * Every op ends here: the handler is called from a posted event, so
  * never from inside ngx_http_idempotency_op_run() nor from inside the
- * pool's own code.
+ * connections' own code.
  */
 
 static void
 ngx_http_idempotency_mysql_op_finish(ngx_http_idempotency_op_t *op,
     ngx_uint_t rc)
 {
-    ngx_http_idempotency_mysql_pool_t  *pool;
+    ngx_http_idempotency_mysql_conns_t  *conns;
 
     op->rc = rc;
 
@@ -1786,12 +1787,12 @@ ngx_http_idempotency_mysql_op_finish(ngx_http_idempotency_op_t *op,
     }
 
     if (op->queue.next) {
-        pool = op->shard->pool;
+        conns = op->shard->conns;
 
         ngx_queue_remove(&op->queue);
         op->queue.prev = NULL;
         op->queue.next = NULL;
-        pool->nwaiting--;
+        conns->nwaiting--;
     }
 
     op->conn = NULL;
@@ -1832,12 +1833,12 @@ ngx_http_idempotency_mysql_op_posted(ngx_event_t *ev)
 static void
 ngx_http_idempotency_mysql_op_down(ngx_http_idempotency_op_t *op)
 {
-    ngx_http_idempotency_mysql_pool_t  *pool;
+    ngx_http_idempotency_mysql_conns_t  *conns;
 
-    pool = op->shard->pool;
+    conns = op->shard->conns;
 
-    ngx_http_idempotency_mysql_op_error(op, pool->last_err, pool->last_error,
-                                        pool->last_error_len);
+    ngx_http_idempotency_mysql_op_error(op, conns->last_err, conns->last_error,
+                                        conns->last_error_len);
     ngx_http_idempotency_mysql_op_finish(op, NGX_HTTP_IDEMPOTENCY_OP_DOWN);
 }
 
@@ -1864,7 +1865,7 @@ ngx_http_idempotency_mysql_op_error(ngx_http_idempotency_op_t *op,
 static void
 ngx_http_idempotency_mysql_op_drop(ngx_http_idempotency_op_t *op)
 {
-    ngx_http_idempotency_mysql_pool_t  *pool;
+    ngx_http_idempotency_mysql_conns_t  *conns;
 
     if (op->timer.timer_set) {
         ngx_del_timer(&op->timer);
@@ -1875,12 +1876,12 @@ ngx_http_idempotency_mysql_op_drop(ngx_http_idempotency_op_t *op)
     }
 
     if (op->queue.next) {
-        pool = op->shard->pool;
+        conns = op->shard->conns;
 
         ngx_queue_remove(&op->queue);
         op->queue.prev = NULL;
         op->queue.next = NULL;
-        pool->nwaiting--;
+        conns->nwaiting--;
     }
 
     op->pool->log = ngx_cycle->log;

@@ -1,9 +1,9 @@
 
 /*
- * ngx_http_idempotency_module: non-blocking MySQL pool.
+ * ngx_http_idempotency_module: non-blocking MySQL connections.
  *
  * An "op" is one round trip: a statement string (several statements
- * separated by ';' are allowed and sent as one COM_QUERY) run on a pooled
+ * separated by ';' are allowed and sent as one COM_QUERY) run on a kept-alive
  * connection of one shard.  The op owns its memory (op->pool) so that it
  * may outlive the request that started it.
  */
@@ -62,11 +62,11 @@ struct ngx_http_idempotency_op_s {
     unsigned                              keep_pool:1;
 
     /* a lease renewal or a completion: queued ahead of claims and polls
-     * and never refused for a full wait queue, so that a busy pool does
+     * and never refused for a full wait queue, so that busy connections do
      * not let a live owner's lease end */
     unsigned                              urgent:1;
 
-    /* private to the pool */
+    /* private to mysql.c */
     ngx_queue_t                           queue;
     ngx_event_t                           timer;
     void                                 *conn;
@@ -94,7 +94,7 @@ typedef struct {
 } ngx_http_idempotency_pool_stats_t;
 
 
-/* this worker's pool of a server, for metrics */
+/* this worker's connections to a server, for metrics */
 void ngx_http_idempotency_mysql_stats(ngx_http_idempotency_shard_t *shard,
     ngx_http_idempotency_pool_stats_t *st);
 
