@@ -175,8 +175,7 @@ static ngx_int_t ngx_http_idempotency_mysql_wait(
     ngx_http_idempotency_mysql_conn_t *conn, int status);
 static void ngx_http_idempotency_mysql_resume(
     ngx_http_idempotency_mysql_conn_t *conn, int ready);
-static void ngx_http_idempotency_mysql_read_handler(ngx_event_t *rev);
-static void ngx_http_idempotency_mysql_write_handler(ngx_event_t *wev);
+static void ngx_http_idempotency_mysql_event_handler(ngx_event_t *ev);
 static void ngx_http_idempotency_mysql_wait_handler(ngx_event_t *ev);
 static void ngx_http_idempotency_mysql_idle_check(
     ngx_http_idempotency_mysql_conn_t *conn);
@@ -1471,47 +1470,34 @@ ngx_http_idempotency_mysql_resume(ngx_http_idempotency_mysql_conn_t *conn,
 }
 
 
+/* a read or write event of the driver's socket */
+
 static void
-ngx_http_idempotency_mysql_read_handler(ngx_event_t *rev)
+ngx_http_idempotency_mysql_event_handler(ngx_event_t *ev)
 {
+    int                                 wait;
     ngx_connection_t                   *c;
     ngx_http_idempotency_mysql_conn_t  *conn;
 
-    c = rev->data;
+    c = ev->data;
     conn = c->data;
 
-    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, rev->log, 0,
-                   "idempotency mysql read event: fd:%d mask:%d",
-                   c->fd, conn->events);
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ev->log, 0,
+                   "idempotency mysql %s event: fd:%d mask:%d",
+                   ev->write ? "write" : "read", c->fd, conn->events);
 
     if (conn->state == NGX_HTTP_IDEMPOTENCY_MYSQL_IDLE) {
-        ngx_http_idempotency_mysql_idle_check(conn);
+        if (!ev->write) {
+            ngx_http_idempotency_mysql_idle_check(conn);
+        }
+
         return;
     }
 
-    if (conn->events & MYSQL_WAIT_READ) {
-        ngx_http_idempotency_mysql_resume(conn, MYSQL_WAIT_READ);
-    }
-}
+    wait = ev->write ? MYSQL_WAIT_WRITE : MYSQL_WAIT_READ;
 
-
-static void
-ngx_http_idempotency_mysql_write_handler(ngx_event_t *wev)
-{
-    ngx_connection_t                   *c;
-    ngx_http_idempotency_mysql_conn_t  *conn;
-
-    c = wev->data;
-    conn = c->data;
-
-    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, wev->log, 0,
-                   "idempotency mysql write event: fd:%d mask:%d",
-                   c->fd, conn->events);
-
-    if (conn->state != NGX_HTTP_IDEMPOTENCY_MYSQL_IDLE
-        && (conn->events & MYSQL_WAIT_WRITE))
-    {
-        ngx_http_idempotency_mysql_resume(conn, MYSQL_WAIT_WRITE);
+    if (conn->events & wait) {
+        ngx_http_idempotency_mysql_resume(conn, wait);
     }
 }
 
@@ -1610,9 +1596,9 @@ ngx_http_idempotency_mysql_wrap(ngx_http_idempotency_mysql_conn_t *conn)
     }
 
     conn->c = ngx_http_idempotency_conn_wrap(s, conn,
-                                      ngx_http_idempotency_mysql_read_handler,
-                                      ngx_http_idempotency_mysql_write_handler,
-                                      conn->conns->log);
+                                     ngx_http_idempotency_mysql_event_handler,
+                                     ngx_http_idempotency_mysql_event_handler,
+                                     conn->conns->log);
 
     return conn->c ? NGX_OK : NGX_ERROR;
 }
