@@ -103,6 +103,9 @@ static void ngx_http_idempotency_redis_write_handler(ngx_event_t *wev);
 
 static ngx_http_idempotency_redis_op_t *ngx_http_idempotency_redis_op(
     ngx_http_idempotency_redis_t *client, const char *name);
+static ngx_int_t ngx_http_idempotency_redis_send(
+    ngx_http_idempotency_redis_op_t *op, int argc, const char **argv,
+    const size_t *argvlen);
 static void ngx_http_idempotency_redis_reply(redisAsyncContext *ac,
     void *r, void *privdata);
 static void ngx_http_idempotency_redis_op_timeout(ngx_event_t *ev);
@@ -161,30 +164,16 @@ ngx_http_idempotency_redis_get(ngx_http_idempotency_store_t *store,
     argv[3] = (const char *) last;
     argvlen[3] = ngx_sprintf(last, "%uz", store->redis_max_entry) - last;
 
-    if (redisAsyncCommandArgv(client->ac, ngx_http_idempotency_redis_reply,
-                              op, 4, argv, argvlen)
-        != REDIS_OK)
-    {
-        ngx_http_idempotency_redis_finish(op,
-                                          NGX_HTTP_IDEMPOTENCY_REDIS_ERROR);
+    if (ngx_http_idempotency_redis_send(op, 4, argv, argvlen) != NGX_OK) {
         return op;
     }
-
-    op->replies++;
 
     argv[0] = "PTTL";
     argvlen[0] = 4;
 
-    if (redisAsyncCommandArgv(client->ac, ngx_http_idempotency_redis_reply,
-                              op, 2, argv, argvlen)
-        != REDIS_OK)
-    {
-        ngx_http_idempotency_redis_finish(op,
-                                          NGX_HTTP_IDEMPOTENCY_REDIS_ERROR);
+    if (ngx_http_idempotency_redis_send(op, 2, argv, argvlen) != NGX_OK) {
         return op;
     }
-
-    op->replies++;
 
     ngx_add_timer(&op->timer, store->redis_timeout);
 
@@ -237,16 +226,9 @@ ngx_http_idempotency_redis_set(ngx_http_idempotency_store_t *store,
 
     /* the library copies the command into its output buffer */
 
-    if (redisAsyncCommandArgv(client->ac, ngx_http_idempotency_redis_reply,
-                              op, 5, argv, argvlen)
-        != REDIS_OK)
-    {
-        ngx_http_idempotency_redis_finish(op,
-                                          NGX_HTTP_IDEMPOTENCY_REDIS_ERROR);
+    if (ngx_http_idempotency_redis_send(op, 5, argv, argvlen) != NGX_OK) {
         return NGX_DECLINED;
     }
-
-    op->replies++;
 
     ngx_add_timer(&op->timer, store->redis_timeout);
 
@@ -891,6 +873,31 @@ ngx_http_idempotency_redis_op(ngx_http_idempotency_redis_t *client,
     ngx_queue_insert_tail(&client->ops, &op->queue);
 
     return op;
+}
+
+
+/* queues a command of the op; if it cannot, the op fails */
+
+static ngx_int_t
+ngx_http_idempotency_redis_send(ngx_http_idempotency_redis_op_t *op,
+    int argc, const char **argv, const size_t *argvlen)
+{
+    ngx_http_idempotency_redis_t  *client;
+
+    client = op->client;
+
+    if (redisAsyncCommandArgv(client->ac, ngx_http_idempotency_redis_reply,
+                              op, argc, argv, argvlen)
+        != REDIS_OK)
+    {
+        ngx_http_idempotency_redis_finish(op,
+                                          NGX_HTTP_IDEMPOTENCY_REDIS_ERROR);
+        return NGX_ERROR;
+    }
+
+    op->replies++;
+
+    return NGX_OK;
 }
 
 
