@@ -134,6 +134,7 @@ static void ngx_http_idempotency_mysql_fail_waiting(
     ngx_http_idempotency_mysql_conns_t *conns);
 static void ngx_http_idempotency_mysql_enqueue(
     ngx_http_idempotency_mysql_conns_t *conns, ngx_http_idempotency_op_t *op);
+static void ngx_http_idempotency_mysql_dequeue(ngx_http_idempotency_op_t *op);
 
 static ngx_int_t ngx_http_idempotency_mysql_open(
     ngx_http_idempotency_mysql_conns_t *conns, ngx_http_idempotency_op_t *op);
@@ -356,6 +357,24 @@ ngx_http_idempotency_mysql_enqueue(ngx_http_idempotency_mysql_conns_t *conns,
 
     /* before q: the first non-urgent op, or the sentinel (the tail) */
     ngx_queue_insert_tail(q, &op->queue);
+}
+
+
+/* out of the wait queue, if in it: op->queue.next is NULL when not */
+
+static void
+ngx_http_idempotency_mysql_dequeue(ngx_http_idempotency_op_t *op)
+{
+    ngx_http_idempotency_mysql_conns_t  *conns;
+
+    if (op->queue.next) {
+        conns = op->shard->conns;
+
+        ngx_queue_remove(&op->queue);
+        op->queue.prev = NULL;
+        op->queue.next = NULL;
+        conns->nwaiting--;
+    }
 }
 
 
@@ -1349,12 +1368,8 @@ ngx_http_idempotency_mysql_next(ngx_http_idempotency_mysql_conn_t *conn)
         }
 
         q = ngx_queue_head(&conns->waiting);
-        ngx_queue_remove(q);
-        conns->nwaiting--;
-
         op = ngx_queue_data(q, ngx_http_idempotency_op_t, queue);
-        op->queue.prev = NULL;
-        op->queue.next = NULL;
+        ngx_http_idempotency_mysql_dequeue(op);
 
         if (ngx_http_idempotency_mysql_start(conn, op) != NGX_OK) {
             return;
@@ -1760,8 +1775,6 @@ static void
 ngx_http_idempotency_mysql_op_finish(ngx_http_idempotency_op_t *op,
     ngx_uint_t rc)
 {
-    ngx_http_idempotency_mysql_conns_t  *conns;
-
     op->rc = rc;
 
     ngx_http_idempotency_metrics_op(op->shard->store, op->kind,
@@ -1772,14 +1785,7 @@ ngx_http_idempotency_mysql_op_finish(ngx_http_idempotency_op_t *op,
         ngx_del_timer(&op->timer);
     }
 
-    if (op->queue.next) {
-        conns = op->shard->conns;
-
-        ngx_queue_remove(&op->queue);
-        op->queue.prev = NULL;
-        op->queue.next = NULL;
-        conns->nwaiting--;
-    }
+    ngx_http_idempotency_mysql_dequeue(op);
 
     op->conn = NULL;
 
@@ -1851,8 +1857,6 @@ ngx_http_idempotency_mysql_op_error(ngx_http_idempotency_op_t *op,
 static void
 ngx_http_idempotency_mysql_op_drop(ngx_http_idempotency_op_t *op)
 {
-    ngx_http_idempotency_mysql_conns_t  *conns;
-
     if (op->timer.timer_set) {
         ngx_del_timer(&op->timer);
     }
@@ -1861,14 +1865,7 @@ ngx_http_idempotency_mysql_op_drop(ngx_http_idempotency_op_t *op)
         ngx_delete_posted_event(&op->timer);
     }
 
-    if (op->queue.next) {
-        conns = op->shard->conns;
-
-        ngx_queue_remove(&op->queue);
-        op->queue.prev = NULL;
-        op->queue.next = NULL;
-        conns->nwaiting--;
-    }
+    ngx_http_idempotency_mysql_dequeue(op);
 
     op->pool->log = ngx_cycle->log;
 
