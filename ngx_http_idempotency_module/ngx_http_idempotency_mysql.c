@@ -520,7 +520,7 @@ ngx_http_idempotency_mysql_conns(ngx_http_idempotency_shard_t *shard)
     /* per worker: the configuration is private to the process after fork */
 
     conns = ngx_pcalloc(ngx_cycle->pool,
-                       sizeof(ngx_http_idempotency_mysql_conns_t));
+                        sizeof(ngx_http_idempotency_mysql_conns_t));
     if (conns == NULL) {
         return NULL;
     }
