@@ -2,7 +2,8 @@
 #
 #   make              build build/ngx_http_idempotency_module.so against the
 #                     packaged nginx (Debian's nginx-dev tree)
-#   make test         deps + build + services + the Test::Nginx suite
+#   make test         deps + build + services + 20 s of each fuzz target
+#                     (FUZZ_TEST_SECONDS=0: none) + the Test::Nginx suite
 #                     (make test TEST_FILES=t/010-x.t, PROVE_FLAGS=-v)
 #   make run          demo on http://127.0.0.1:8080 (make stop to end it)
 #   make NGINX_SRC=/path/to/nginx-x.y.z
