@@ -2,7 +2,8 @@
 #
 #   make              build build/ngx_http_idempotency_module.so against the
 #                     packaged nginx (Debian's nginx-dev tree)
-#   make test         deps + build + services + the Test::Nginx suite
+#   make test         deps + build + services + 20 s of each fuzz target
+#                     (FUZZ_TEST_SECONDS=0: none) + the Test::Nginx suite
 #                     (make test TEST_FILES=t/010-x.t, PROVE_FLAGS=-v)
 #   make run          demo on http://127.0.0.1:8080 (make stop to end it)
 #   make NGINX_SRC=/path/to/nginx-x.y.z
@@ -145,7 +146,7 @@ RUN := $(BUILD)/run
 run: deps build services  ## the demo on 127.0.0.1:8080, with curl lines to try
 	@mkdir -p $(RUN)
 	@scripts/services.sh reset >/dev/null
-	@scripts/backend.sh restart $(BACKEND_PORT) $(RUN)/backend.pid $(RUN)/backend.log
+	@scripts/services.sh backend restart $(BACKEND_PORT) $(RUN)/backend.pid $(RUN)/backend.log
 	@sed -e 's|@PREFIX@|$(RUN)|g' \
 	     -e 's|@MODULE@|$(BUILD)/$(MODULE).so|g' \
 	     -e 's|@NGINX_PORT@|$(DEMO_PORT)|g' \
@@ -164,8 +165,8 @@ run: deps build services  ## the demo on 127.0.0.1:8080, with curl lines to try
 
 stop:  ## stop everything make run started
 	@scripts/nginx.sh stop $(RUN)
-	@scripts/backend.sh stop $(RUN)/backend.pid
-	@scripts/backend.sh stop $(BUILD)/test/backend.pid -q
+	@scripts/services.sh backend stop $(RUN)/backend.pid
+	@scripts/services.sh backend stop $(BUILD)/test/backend.pid -q
 	@scripts/services.sh stop
 
 # ---------------------------------------------------------------- tests
@@ -272,8 +273,8 @@ clean:  ## remove the module build
 
 distclean:  ## stop everything and remove build/ and t/servroot*
 	-@scripts/nginx.sh stop $(RUN)
-	-@scripts/backend.sh stop $(RUN)/backend.pid -q
-	-@scripts/backend.sh stop $(BUILD)/test/backend.pid -q
+	-@scripts/services.sh backend stop $(RUN)/backend.pid -q
+	-@scripts/services.sh backend stop $(BUILD)/test/backend.pid -q
 	-@scripts/services.sh stop
 	rm -rf build t/servroot*
 

@@ -5,14 +5,16 @@
 #
 # `start` keeps a cluster whose three nodes run and are Synced; otherwise
 # it builds a fresh one: build/galera/node{1,2,3} each hold a data
-# directory, socket, pid file and logs.  node1 bootstraps the cluster
+# directory, socket, pid file and logs.  Each node is a MariaDB instance
+# of scripts/services.sh (`services.sh mysql`, with the wsrep options);
+# this script orders them into a cluster.  node1 bootstraps the cluster
 # (--wsrep-new-cluster), node2 and node3 join it by SST (rsync).  Then the
 # database idempotency, the user idem/idem-secret and mysql/schema.sql are
 # created through node1 and replicated.  `start` returns once all three
 # nodes report wsrep_cluster_size=3 and Synced.
 #
 # The system MariaDB (/var/lib/mysql, /etc/mysql, port 3306) and the
-# private instance of scripts/services.sh (build/services) are never used:
+# default instances of scripts/services.sh (build/services) are never used:
 # every server and client call passes --no-defaults and explicit paths.
 #
 #   node   client  galera  IST     SST
@@ -32,6 +34,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+SERVICES=$ROOT/scripts/services.sh
 GDIR=${IDEM_GALERA_DIR:-$ROOT/build/galera}
 case $GDIR in /*) ;; *) GDIR=$ROOT/$GDIR ;; esac
 
@@ -43,7 +46,6 @@ NODES=(1 2 3)
 MYSQL_DB=idempotency
 MYSQL_USER=idem
 MYSQL_PASSWORD=idem-secret
-SCHEMA=$ROOT/mysql/schema.sql
 CLUSTER_NAME=idem-galera-test
 
 # packages this script needs beyond scripts/deps.sh (mariadb-server
@@ -60,8 +62,16 @@ sst_port()    { echo $((14444 + ($1 - 1) * 10)); }
 ndir()  { echo "$GDIR/node$1"; }
 ndata() { echo "$GDIR/node$1/data"; }
 nsock() { echo "$GDIR/node$1/mysql.sock"; }
-npid()  { echo "$GDIR/node$1/mysql.pid"; }
 nlog()  { echo "$GDIR/node$1/mysql.log"; }
+
+# node, services.sh mysql COMMAND, more arguments: on the node's instance
+# (data, socket, pid file and log in the default places under its directory)
+node_svc() {
+    local n=$1 cmd=$2
+    shift 2
+    "$SERVICES" mysql "$cmd" "$(ndir "$n")" --name "node$n" \
+        --port "$(client_port "$n")" --timeout "$TIMEOUT" "$@" 9>&-
+}
 
 cluster_address() {
     local n a=""
@@ -130,15 +140,10 @@ find_bin() {
 
 need_client_bins() {
     MYSQL=$(find_bin mariadb mysql) || die "mariadb client not found"
-    MYADMIN=$(find_bin mariadb-admin mysqladmin) \
-        || die "mariadb-admin not found"
 }
 
 need_bins() {
     need_client_bins
-    MARIADBD=$(find_bin mariadbd mysqld) || die "mariadbd not found"
-    INSTALL_DB=$(find_bin mariadb-install-db mysql_install_db) \
-        || die "mariadb-install-db not found"
     PROVIDER=""
     local p
     for p in /usr/lib/galera/libgalera_smm.so /usr/lib/libgalera_smm.so \
@@ -154,28 +159,11 @@ need_bins() {
         || die "rsync not found (needed by the SST; package rsync)"
 }
 
-alive() {           # pid exists and is not a zombie
-    local stat
-    kill -0 "$1" 2>/dev/null || return 1
-    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
-    stat=${stat##*) }
-    [ "${stat%% *}" != Z ]
-}
-
-node_pid() {        # node -> pid of its live mariadbd, from its pid file
-    local f pid
-    f=$(npid "$1")
-    [ -s "$f" ] || return 1
-    pid=$(tr -dc '0-9' < "$f")
-    [ -n "$pid" ] && alive "$pid" || return 1
-    case $(cat "/proc/$pid/comm" 2>/dev/null) in
-        mariadbd*|mysqld*) ;;
-        *) return 1 ;;
-    esac
-    # the process must be this node's server (pid reuse)
-    tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null \
-        | grep -qF -- "--datadir=$(ndata "$1")" || return 1
-    echo "$pid"
+node_pid() {        # node -> pid of its live, answering mariadbd
+    local out
+    out=$(node_svc "$1" status 2>/dev/null) || return 1
+    [[ $out =~ \(pid\ ([0-9]+) ]] || return 1
+    echo "${BASH_REMATCH[1]}"
 }
 
 log_tail() {
@@ -184,31 +172,11 @@ log_tail() {
     echo "----" >&2
 }
 
-wait_gone() {       # pid [seconds]: SIGKILL after the time is up
-    local pid=$1 secs=${2:-30} i
-    for ((i = 0; i < secs * 10; i++)); do
-        alive "$pid" || return 0
-        sleep 0.1
-    done
-    echo "galera: pid $pid still running after ${secs}s: SIGKILL" >&2
-    kill -9 "$pid" 2>/dev/null || true
-    for ((i = 0; i < 50; i++)); do
-        alive "$pid" || return 0
-        sleep 0.1
-    done
-    return 1
-}
-
 root_sql() {        # node, mariadb client arguments (root over the socket)
     local n=$1
     shift
     "$MYSQL" --no-defaults --protocol=socket --socket="$(nsock "$n")" \
         -uroot --connect-timeout=5 "$@"
-}
-
-ping_node() {
-    "$MYADMIN" --no-defaults --protocol=socket --socket="$(nsock "$1")" \
-        -uroot --connect-timeout=2 ping >/dev/null 2>&1
 }
 
 wsrep_var() {       # node, status variable -> value
@@ -225,8 +193,7 @@ node_synced() {
 cluster_synced() {
     local n
     for n in "${NODES[@]}"; do
-        node_pid "$n" >/dev/null && ping_node "$n" && node_synced "$n" \
-            || return 1
+        node_pid "$n" >/dev/null && node_synced "$n" || return 1
     done
 }
 
@@ -236,9 +203,13 @@ port_busy() {
 
 # ------------------------------------------------------------------ nodes
 
-start_node() {      # node, extra mariadbd options
-    local n=$1 gp ip sp cp p opts
+# node [--no-init], [-- extra mariadbd options]: starts it and waits
+# until it answers (a joiner: once its SST is complete)
+start_node() {
+    local n=$1 gp ip sp cp p opts init=()
     shift
+    if [ "${1:-}" = --no-init ]; then init=(--no-init); shift; fi
+    [ "${1:-}" != -- ] || shift
     cp=$(client_port "$n")
     gp=$(galera_port "$n")
     ip=$(ist_port "$n")
@@ -252,21 +223,11 @@ start_node() {      # node, extra mariadbd options
     opts="$opts;ist.recv_addr=127.0.0.1:$ip"
     opts="$opts;gcache.size=64M;gcache.dir=$(ndir "$n")"
 
-    rm -f "$(npid "$n")" "$(nsock "$n")" "$(nsock "$n").lock"
-    : > "$(nlog "$n").start"
-
-    # setsid: not in the caller's process group; 9>&-: not the lock fd
-    setsid "$MARIADBD" --no-defaults --user="$(id -un)" \
-        --datadir="$(ndata "$n")" --socket="$(nsock "$n")" \
-        --port="$cp" --bind-address=127.0.0.1 \
-        --pid-file="$(npid "$n")" --log-error="$(nlog "$n")" \
-        --skip-name-resolve --skip-log-bin \
+    node_svc "$n" start --no-provision ${init[@]+"${init[@]}"} -- \
         --innodb-buffer-pool-size=48M --innodb-log-file-size=16M \
-        --innodb-flush-log-at-trx-commit=2 \
         --innodb-autoinc-lock-mode=2 --binlog-format=ROW \
         --default-storage-engine=InnoDB \
         --max-connections=400 \
-        --character-set-server=utf8mb4 --default-time-zone=+00:00 \
         --wsrep-on=ON --wsrep-provider="$PROVIDER" \
         --wsrep-cluster-name="$CLUSTER_NAME" \
         --wsrep-cluster-address="$(cluster_address)" \
@@ -278,28 +239,20 @@ start_node() {      # node, extra mariadbd options
         --wsrep-provider-options="$opts" \
         --wsrep-slave-threads=2 \
         --wsrep-retry-autocommit="$RETRY_AUTOCOMMIT" \
-        "$@" \
-        </dev/null >>"$(nlog "$n").start" 2>&1 9>&- &
-    echo $! > "$(ndir "$n")/spawn.pid"
+        "$@" >/dev/null
 }
 
-# Waits until node $1 answers and is Synced in a cluster of $2 nodes.
+# Waits until node $1 is Synced in a cluster of $2 nodes.
 wait_node() {
-    local n=$1 size=$2 spid secs=$TIMEOUT end
-    spid=$(cat "$(ndir "$n")/spawn.pid")
+    local n=$1 size=$2 secs=$TIMEOUT end
     end=$((SECONDS + secs))
     while [ $SECONDS -lt $end ]; do
-        if ! alive "$spid"; then
-            log_tail "$(nlog "$n")" 40
-            log_tail "$(nlog "$n").start" 10
-            die "node$n: mariadbd exited during start-up (log $(nlog "$n"))"
-        fi
-        if ping_node "$n" \
-            && [ "$(wsrep_var "$n" wsrep_local_state_comment)" = Synced ] \
+        node_pid "$n" >/dev/null \
+            || { log_tail "$(nlog "$n")" 40; die "node$n: mariadbd is gone (log $(nlog "$n"))"; }
+        if [ "$(wsrep_var "$n" wsrep_local_state_comment)" = Synced ] \
             && [ "$(wsrep_var "$n" wsrep_cluster_size)" -ge "$size" ] \
                    2>/dev/null
         then
-            [ -s "$(npid "$n")" ] || echo "$spid" > "$(npid "$n")"
             return 0
         fi
         sleep 0.2
@@ -311,27 +264,16 @@ wait_node() {
 }
 
 stop_node() {
-    local n=$1 pid
-    if pid=$(node_pid "$n"); then
-        "$MYADMIN" --no-defaults --protocol=socket --socket="$(nsock "$n")" \
-            -uroot --connect-timeout=2 shutdown >/dev/null 2>&1 \
-            || kill "$pid" 2>/dev/null || true
-        wait_gone "$pid" 60 || die "node$n: pid $pid did not stop"
-        echo "galera: node$n stopped (pid $pid)"
-    fi
-    rm -f "$(npid "$n")" "$(nsock "$n")" "$(nsock "$n").lock"
+    local out
+    out=$(node_svc "$1" stop) || die "node$1: did not stop"
+    case $out in *"stopped (pid"*) echo "galera: $out" ;; esac
 }
 
+# the database, the account and mysql/schema.sql through node1
+# (services.sh mysql provision), then on every node once replicated
 provision() {
-    root_sql 1 <<SQL || return 1
-CREATE DATABASE IF NOT EXISTS \`$MYSQL_DB\`;
-CREATE USER IF NOT EXISTS '$MYSQL_USER'@'localhost' IDENTIFIED BY '$MYSQL_PASSWORD';
-CREATE USER IF NOT EXISTS '$MYSQL_USER'@'127.0.0.1' IDENTIFIED BY '$MYSQL_PASSWORD';
-GRANT SELECT, INSERT, UPDATE, DELETE ON \`$MYSQL_DB\`.* TO '$MYSQL_USER'@'localhost';
-GRANT SELECT, INSERT, UPDATE, DELETE ON \`$MYSQL_DB\`.* TO '$MYSQL_USER'@'127.0.0.1';
-SQL
-    [ -f "$SCHEMA" ] || die "$SCHEMA missing"
-    root_sql 1 "$MYSQL_DB" < "$SCHEMA" || return 1
+    node_svc 1 provision --user "$MYSQL_USER" --password "$MYSQL_PASSWORD" \
+        --database "$MYSQL_DB" >/dev/null || return 1
 
     # DDL and users replicate as TOI: every node has them once it answers
     local n ok end
@@ -377,18 +319,9 @@ galera_start() {
                    "(set IDEM_GALERA_DIR to a shorter directory)"
     done
 
-    echo "galera: initializing $(ndata 1)"
-    if ! "$INSTALL_DB" --no-defaults --datadir="$(ndata 1)" \
-            --user="$(id -un)" --auth-root-authentication-method=normal \
-            --skip-test-db --skip-name-resolve \
-            >"$(ndir 1)/install.log" 2>&1 9>&-; then
-        log_tail "$(ndir 1)/install.log"
-        die "mariadb-install-db failed"
-    fi
-
-    echo "galera: bootstrapping node1 (wsrep-new-cluster," \
-         "127.0.0.1:$(client_port 1))"
-    start_node 1 --wsrep-new-cluster
+    echo "galera: bootstrapping node1 (a new data directory," \
+         "wsrep-new-cluster, 127.0.0.1:$(client_port 1))"
+    start_node 1 -- --wsrep-new-cluster
     wait_node 1 1
 
     # joiners receive node1's data by SST: they start with an empty
@@ -403,7 +336,7 @@ galera_start() {
         fi
         echo "galera: node$n joining (127.0.0.1:$(client_port "$n")," \
              "SST rsync)"
-        start_node "$n"
+        start_node "$n" --no-init
         wait_node "$n" "$n"
     done
 
@@ -442,7 +375,7 @@ galera_status() {
     local n pid rc=0
     need_client_bins
     for n in "${NODES[@]}"; do
-        if pid=$(node_pid "$n") && ping_node "$n"; then
+        if pid=$(node_pid "$n"); then
             echo "galera: node$n running (pid $pid," \
                  "127.0.0.1:$(client_port "$n")," \
                  "cluster size $(wsrep_var "$n" wsrep_cluster_size)," \

@@ -26,14 +26,14 @@ if ! flock -n 9; then
 fi
 
 stop_backend() {
-    scripts/backend.sh stop "$PIDFILE" -q 9>&- || true
+    scripts/services.sh backend stop "$PIDFILE" -q 9>&- || true
 }
 trap stop_backend EXIT
 trap 'exit 130' INT TERM
 
 scripts/services.sh reset >/dev/null 9>&- || exit 1
 : > "$LOGFILE"
-scripts/backend.sh restart "$TEST_NGINX_BACKEND_PORT" "$PIDFILE" "$LOGFILE" \
+scripts/services.sh backend restart "$TEST_NGINX_BACKEND_PORT" "$PIDFILE" "$LOGFILE" \
     "${TEST_NGINX_FCGI_PORT:-}" >/dev/null 9>&- || exit 1
 
 if ! perl -MTest::Nginx::Socket -e1 >/dev/null 2>&1; then

@@ -1,16 +1,68 @@
 #!/usr/bin/env bash
-# Private MariaDB and Redis instances for development, tests and the demo.
+# Every private service of development, tests and the demo: MariaDB and
+# Redis instances and the test backend.  The one place that runs
+# mariadbd, mariadb-install-db, redis-server and backend/app.py;
+# scripts/galera.sh (the Galera nodes), t/stress/IdemStress.pm (the fault
+# MariaDB of the stress tests) and t/TierTest.pm (the Redis a test stops
+# and hangs) start theirs through it.
 #
 #   scripts/services.sh start|stop|restart|status|reset|env
 #
-# All state lives under build/services/ of the checkout.  The system
-# instances (/var/lib/mysql, /etc/mysql, ports 3306/6379) are never used:
-# every client and server call passes --no-defaults and explicit paths.
+# The default set, under build/services/: the suite's and the demo's
+# MariaDB (mysql, 127.0.0.1:3307, build/services/mysql.sock), a second,
+# independent one for the shard tests (mysql2, :3308, build/services/shard2,
+# build/services/mysql2.sock) and a Redis (redis, :6380,
+# build/services/redis.sock).  reset empties the table and Redis; env
+# prints the connection settings as shell assignments.
+#
+#   scripts/services.sh mysql start|stop|status|provision|reset DIR [OPTION...] [-- MARIADBD-OPTION...]
+#
+# One MariaDB instance: data in DIR/data, pid file DIR/mysql.pid, log
+# DIR/mysql.log, socket DIR/mysql.sock.  start initializes the data
+# directory when it is new, starts mariadbd (options after -- are added
+# to its command line, after and so over the built-in ones, e.g. Galera's
+# wsrep options or TLS), waits until it answers, and provisions it: the
+# database, the account with SELECT, INSERT, UPDATE, DELETE on it, and
+# mysql/schema.sql.  A server already running is kept (and provisioned).
+# Options:
+#   --port PORT          client port on 127.0.0.1 (start)
+#   --name NAME          in messages [basename of DIR]
+#   --data DIR2          the data directory [DIR/data]
+#   --socket PATH        the unix socket [DIR/mysql.sock]
+#   --user U --password P --database D   the account and database
+#                        [idem idem-secret idempotency]
+#   --timeout SECS       how long start waits for an answer [60]
+#   --no-init            do not initialize an empty data directory (a
+#                        Galera joiner receives its data by SST)
+#   --no-provision       start only; provision later
+#   --fresh              provision drops the table and creates it anew
+#
+#   scripts/services.sh redis start|stop|status|reset DIR [OPTION...] [-- REDIS-SERVER-OPTION...]
+#
+# One Redis instance without persistence: pid file DIR/redis.pid, log
+# DIR/redis.log.  Options: --port PORT, --socket PATH (also listen
+# there), --name NAME.  A --requirepass among the server options is used
+# to talk to it.
+#
+# start prints "NAME: started (pid PID, ...)" or "NAME: running (pid PID,
+# ...)": the server's own pid (a caller may SIGSTOP, SIGCONT or SIGKILL
+# it).  stop takes SIGCONT first, so a frozen server stops too.
+#
+#   scripts/services.sh backend start|restart PORT PIDFILE LOGFILE [FCGI_PORT]
+#   scripts/services.sh backend stop|status PIDFILE [-q]
+#
+# The demo/test backend (backend/app.py) in the background; FCGI_PORT
+# (optional, may be empty): also FastCGI on 127.0.0.1:FCGI_PORT.  start
+# reuses a running one (if it serves that FastCGI port), restart always
+# starts a fresh one.
+#
+# The system instances (/var/lib/mysql, /etc/mysql, ports 3306/6379) are
+# never used: every client and server call passes --no-defaults and
+# explicit paths.
 #
 # Environment (defaults in brackets):
 #   IDEM_MYSQL_PORT [3307]  IDEM_REDIS_PORT [6380]  IDEM_SERVICES_DIR [build/services]
-#   IDEM_MYSQL2_PORT [3308] a second MariaDB (build/services/shard2), the
-#                           second shard of the sharding tests; 0: none
+#   IDEM_MYSQL2_PORT [3308] the second MariaDB; 0: none
 #   IDEM_START_TIMEOUT [60] seconds to wait for a server to answer
 
 set -euo pipefail
@@ -21,42 +73,19 @@ case $SVC in /*) ;; *) SVC=$ROOT/$SVC ;; esac
 
 MYSQL1_PORT=${IDEM_MYSQL_PORT:-3307}
 MYSQL2_PORT=${IDEM_MYSQL2_PORT:-3308}
-REDIS_PORT=${IDEM_REDIS_PORT:-6380}
+REDIS1_PORT=${IDEM_REDIS_PORT:-6380}
 START_TIMEOUT=${IDEM_START_TIMEOUT:-60}
 
-MYSQL_DB=idempotency
-MYSQL_USER=idem
-MYSQL_PASSWORD=idem-secret
 SCHEMA=$ROOT/mysql/schema.sql
 
-# mysql_use N: the MariaDB instance the mysql_* functions work on.
-# Instance 1 is the store of the suite and the demo; instance 2 is a
-# second, independent server for the shard tests.
-mysql_use() {
-    if [ "$1" = 1 ]; then
-        MY_DIR=$SVC MY_NAME=mysql MYSQL_PORT=$MYSQL1_PORT
-    else
-        MY_DIR=$SVC/shard2 MY_NAME=mysql2 MYSQL_PORT=$MYSQL2_PORT
-    fi
-    MY_DATA=$MY_DIR/mysql-data
-    MY_SOCK=$SVC/$MY_NAME.sock
-    MY_PID=$MY_DIR/mysql.pid
-    MY_LOG=$MY_DIR/mysql.log
-    mkdir -p "$MY_DIR"
-}
-
-mysql_each() {      # mysql_each FUNCTION: run it on every instance
-    local rc=0
-    mysql_use 1; "$1" || rc=1
-    if [ "$MYSQL2_PORT" != 0 ]; then
-        mysql_use 2; "$1" || rc=1
-    fi
-    return $rc
-}
-
-RD_SOCK=$SVC/redis.sock
-RD_PID=$SVC/redis.pid
-RD_LOG=$SVC/redis.log
+# the tuning of the default set's MariaDB servers
+DEFAULT_MYSQL_OPTS=(
+    --innodb-buffer-pool-size=64M
+    --innodb-log-file-size=32M
+    --max-connections=500
+    --thread-handling=pool-of-threads
+    --innodb-spin-wait-delay=0
+)
 
 die() { echo "services: $*" >&2; exit 1; }
 
@@ -91,7 +120,7 @@ need_redis_bins() {
 check_socket_path() {
     if [ ${#1} -ge 107 ]; then
         die "socket path too long for a unix socket (${#1} bytes): $1
-  set IDEM_SERVICES_DIR to a shorter directory"
+  set IDEM_SERVICES_DIR (or the caller's directory) to a shorter one"
     fi
 }
 
@@ -103,16 +132,22 @@ alive() {           # pid exists and is not a zombie waiting to be reaped
     [ "${stat%% *}" != Z ]
 }
 
-pid_of() {          # pidfile -> pid on stdout if the process is alive
+# pidfile, program[, string its command line must contain] -> the pid on
+# stdout if that process is alive (a guard against pid reuse)
+pid_of() {
     local pid
     [ -s "$1" ] || return 1
     pid=$(tr -dc '0-9' < "$1")
     [ -n "$pid" ] && alive "$pid" || return 1
-    # guard against pid reuse: the process must be the expected program
     case $(cat "/proc/$pid/comm" 2>/dev/null) in
-        $2*) echo "$pid"; return 0 ;;
+        $2*) ;;
+        *) return 1 ;;
     esac
-    return 1
+    if [ -n "${3:-}" ]; then
+        tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$3" \
+            || return 1
+    fi
+    echo "$pid"
 }
 
 log_tail() {
@@ -128,6 +163,7 @@ wait_gone() {
         alive "$pid" || return 0
         sleep 0.1
     done
+    echo "services: pid $pid still running after ${secs}s: SIGKILL" >&2
     kill -9 "$pid" 2>/dev/null || true
     for ((i = 0; i < 50; i++)); do
         alive "$pid" || return 0
@@ -138,6 +174,76 @@ wait_gone() {
 
 # ---------------------------------------------------------------- MariaDB
 
+# An instance is described by MY_* variables: mysql_use N (the default
+# set) or mysql_args DIR OPTION... (the command line) sets them.
+mysql_defaults() {   # DIR
+    MY_DIR=$1
+    case $MY_DIR in /*) ;; *) MY_DIR=$PWD/$MY_DIR ;; esac
+    MY_NAME=$(basename "$MY_DIR")
+    MY_DATA=$MY_DIR/data
+    MY_SOCK=$MY_DIR/mysql.sock
+    MY_PORT=""
+    MY_USER=idem MY_PASSWORD=idem-secret MY_DB=idempotency
+    MY_TIMEOUT=$START_TIMEOUT MY_INIT=1 MY_PROVISION=1 MY_FRESH=0
+    MY_OPTS=()
+}
+
+mysql_paths() {
+    MY_PID=$MY_DIR/mysql.pid
+    MY_LOG=$MY_DIR/mysql.log
+}
+
+# mysql_use N: instance 1 is the store of the suite and the demo;
+# instance 2 is a second, independent server for the shard tests.
+mysql_use() {
+    if [ "$1" = 1 ]; then
+        mysql_defaults "$SVC"
+        MY_NAME=mysql MY_PORT=$MYSQL1_PORT
+    else
+        mysql_defaults "$SVC/shard2"
+        MY_NAME=mysql2 MY_PORT=$MYSQL2_PORT
+    fi
+    MY_DATA=$MY_DIR/mysql-data
+    MY_SOCK=$SVC/$MY_NAME.sock
+    MY_OPTS=("${DEFAULT_MYSQL_OPTS[@]}")
+    mysql_paths
+}
+
+mysql_args() {       # DIR OPTION... [-- MARIADBD-OPTION...]
+    [ $# -ge 1 ] && [ -n "$1" ] || die "mysql: no instance directory"
+    mysql_defaults "$1"
+    shift
+    while [ $# -gt 0 ]; do
+        case $1 in
+            --port)     MY_PORT=${2:?--port needs a value}; shift 2 ;;
+            --name)     MY_NAME=${2:?}; shift 2 ;;
+            --data)     MY_DATA=${2:?}; shift 2 ;;
+            --socket)   MY_SOCK=${2:?}; shift 2 ;;
+            --user)     MY_USER=${2:?}; shift 2 ;;
+            --password) MY_PASSWORD=${2:?}; shift 2 ;;
+            --database) MY_DB=${2:?}; shift 2 ;;
+            --timeout)  MY_TIMEOUT=${2:?}; shift 2 ;;
+            --no-init)  MY_INIT=0; shift ;;
+            --no-provision) MY_PROVISION=0; shift ;;
+            --fresh)    MY_FRESH=1; shift ;;
+            --)         shift; MY_OPTS=("$@"); break ;;
+            *)          die "mysql: unknown option '$1'" ;;
+        esac
+    done
+    case $MY_DATA in /*) ;; *) MY_DATA=$PWD/$MY_DATA ;; esac
+    case $MY_SOCK in /*) ;; *) MY_SOCK=$PWD/$MY_SOCK ;; esac
+    mysql_paths
+}
+
+mysql_each() {      # mysql_each FUNCTION: run it on every default instance
+    local rc=0
+    mysql_use 1; "$1" || rc=1
+    if [ "$MYSQL2_PORT" != 0 ]; then
+        mysql_use 2; "$1" || rc=1
+    fi
+    return $rc
+}
+
 my_root() {   # run the client as root over the private socket
     "$MYSQL" --no-defaults --protocol=socket --socket="$MY_SOCK" -uroot "$@"
 }
@@ -147,25 +253,35 @@ my_ping() {
         --connect-timeout=2 ping >/dev/null 2>&1
 }
 
+my_pid() {          # the instance's live mariadbd
+    pid_of "$MY_PID" mariadbd "--datadir=$MY_DATA" \
+        || pid_of "$MY_PID" mysqld "--datadir=$MY_DATA"
+}
+
 mysql_running() {
     local pid
-    pid=$(pid_of "$MY_PID" mariadbd) || pid=$(pid_of "$MY_PID" mysqld) \
-        || return 1
+    pid=$(my_pid) || return 1
     my_ping || return 1
     echo "$pid"
 }
 
 mysql_provision() {
+    # mariadb-install-db also creates root@<hostname>, which only
+    # produces warnings under --skip-name-resolve
+    if [ -f "$MY_DIR/mysql.fresh" ]; then
+        my_root -N -e "SELECT CONCAT('DROP USER IF EXISTS ', QUOTE(user), '@', QUOTE(host), ';') FROM mysql.user WHERE host NOT IN ('localhost', '127.0.0.1', '::1', '%')" \
+            | my_root && rm -f "$MY_DIR/mysql.fresh"
+    fi
     my_root <<SQL || return 1
-CREATE DATABASE IF NOT EXISTS \`$MYSQL_DB\`;
-CREATE USER IF NOT EXISTS '$MYSQL_USER'@'localhost' IDENTIFIED BY '$MYSQL_PASSWORD';
-CREATE USER IF NOT EXISTS '$MYSQL_USER'@'127.0.0.1' IDENTIFIED BY '$MYSQL_PASSWORD';
-ALTER USER '$MYSQL_USER'@'localhost' IDENTIFIED BY '$MYSQL_PASSWORD';
-ALTER USER '$MYSQL_USER'@'127.0.0.1' IDENTIFIED BY '$MYSQL_PASSWORD';
-REVOKE ALL PRIVILEGES, GRANT OPTION FROM '$MYSQL_USER'@'localhost';
-REVOKE ALL PRIVILEGES, GRANT OPTION FROM '$MYSQL_USER'@'127.0.0.1';
-GRANT SELECT, INSERT, UPDATE, DELETE ON \`$MYSQL_DB\`.* TO '$MYSQL_USER'@'localhost';
-GRANT SELECT, INSERT, UPDATE, DELETE ON \`$MYSQL_DB\`.* TO '$MYSQL_USER'@'127.0.0.1';
+CREATE DATABASE IF NOT EXISTS \`$MY_DB\`;
+CREATE USER IF NOT EXISTS '$MY_USER'@'localhost' IDENTIFIED BY '$MY_PASSWORD';
+CREATE USER IF NOT EXISTS '$MY_USER'@'127.0.0.1' IDENTIFIED BY '$MY_PASSWORD';
+ALTER USER '$MY_USER'@'localhost' IDENTIFIED BY '$MY_PASSWORD';
+ALTER USER '$MY_USER'@'127.0.0.1' IDENTIFIED BY '$MY_PASSWORD';
+REVOKE ALL PRIVILEGES, GRANT OPTION FROM '$MY_USER'@'localhost';
+REVOKE ALL PRIVILEGES, GRANT OPTION FROM '$MY_USER'@'127.0.0.1';
+GRANT SELECT, INSERT, UPDATE, DELETE ON \`$MY_DB\`.* TO '$MY_USER'@'localhost';
+GRANT SELECT, INSERT, UPDATE, DELETE ON \`$MY_DB\`.* TO '$MY_USER'@'127.0.0.1';
 FLUSH PRIVILEGES;
 SQL
     mysql_schema
@@ -179,28 +295,35 @@ mysql_schema() {
     [ -f "$SCHEMA" ] || { echo "services: warning: $SCHEMA missing, no table created" >&2; return 0; }
     sum=$(sha256sum < "$SCHEMA" | cut -d' ' -f1)
     [ -f "$MY_DIR/schema.sha256" ] && old=$(cat "$MY_DIR/schema.sha256")
-    if [ -n "$old" ] && [ "$old" != "$sum" ]; then
+    if [ "$MY_FRESH" = 1 ]; then
+        my_root "$MY_DB" -e 'DROP TABLE IF EXISTS idempotency_keys' || return 1
+    elif [ -n "$old" ] && [ "$old" != "$sum" ]; then
         echo "$MY_NAME: mysql/schema.sql changed: recreating table idempotency_keys"
-        my_root "$MYSQL_DB" -e 'DROP TABLE IF EXISTS idempotency_keys' || return 1
+        my_root "$MY_DB" -e 'DROP TABLE IF EXISTS idempotency_keys' || return 1
     fi
-    my_root "$MYSQL_DB" < "$SCHEMA" || return 1
+    my_root "$MY_DB" < "$SCHEMA" || return 1
     echo "$sum" > "$MY_DIR/schema.sha256"
 }
 
 mysql_start() {
     local pid i
     need_mysql_bins
+    [ -n "$MY_PORT" ] || die "$MY_NAME: no --port"
     check_socket_path "$MY_SOCK"
+    mkdir -p "$MY_DIR"
 
     if pid=$(mysql_running); then
-        mysql_provision || die "$MY_NAME: provisioning failed"
-        echo "$MY_NAME: running (pid $pid, 127.0.0.1:$MYSQL_PORT, socket $MY_SOCK)"
+        if [ "$MY_PROVISION" = 1 ]; then
+            mysql_provision || die "$MY_NAME: provisioning failed"
+        fi
+        echo "$MY_NAME: running (pid $pid, 127.0.0.1:$MY_PORT, socket $MY_SOCK)"
         return 0
     fi
 
     # A live server that does not answer yet (still starting, or hung).
-    if pid=$(pid_of "$MY_PID" mariadbd || pid_of "$MY_PID" mysqld); then
-        for ((i = 0; i < START_TIMEOUT * 10; i++)); do
+    if pid=$(my_pid); then
+        kill -CONT "$pid" 2>/dev/null || true
+        for ((i = 0; i < MY_TIMEOUT * 10; i++)); do
             my_ping && break
             alive "$pid" || break
             sleep 0.1
@@ -216,7 +339,7 @@ mysql_start() {
         # leftovers of a crashed or killed server
         rm -f "$MY_PID" "$MY_SOCK" "$MY_SOCK.lock"
 
-        if [ ! -d "$MY_DATA/mysql" ]; then
+        if [ "$MY_INIT" = 1 ] && [ ! -d "$MY_DATA/mysql" ]; then
             echo "$MY_NAME: initializing $MY_DATA"
             rm -rf "$MY_DATA" "$MY_DIR/schema.sha256" "$MY_DIR/mysql.fresh"
             mkdir -p "$MY_DATA"
@@ -230,62 +353,56 @@ mysql_start() {
             fi
             touch "$MY_DIR/mysql.fresh"
         fi
+        mkdir -p "$MY_DATA"
 
         : > "$MY_LOG.start"
         # setsid: not part of the caller's process group (make, CI job).
         # 9>&-: do not inherit the lock descriptor.
         setsid "$MARIADBD" --no-defaults --user="$(id -un)" \
             --datadir="$MY_DATA" --socket="$MY_SOCK" \
-            --port="$MYSQL_PORT" --bind-address=127.0.0.1 \
+            --port="$MY_PORT" --bind-address=127.0.0.1 \
             --pid-file="$MY_PID" --log-error="$MY_LOG" \
             --skip-name-resolve --skip-log-bin \
-            --innodb-buffer-pool-size=64M \
-            --innodb-log-file-size=32M \
             --innodb-flush-log-at-trx-commit=2 \
-            --max-connections=500 \
-            --thread-handling=pool-of-threads \
-            --innodb-spin-wait-delay=0 \
             --character-set-server=utf8mb4 \
             --default-time-zone=+00:00 \
+            ${MY_OPTS[@]+"${MY_OPTS[@]}"} \
             </dev/null >>"$MY_LOG.start" 2>&1 9>&- &
         local spid=$!
 
-        for ((i = 0; i < START_TIMEOUT * 10; i++)); do
+        for ((i = 0; i < MY_TIMEOUT * 10; i++)); do
             if ! alive "$spid"; then
-                log_tail "$MY_LOG"
+                log_tail "$MY_LOG" 40
                 log_tail "$MY_LOG.start" 10
-                die "$MY_NAME: mariadbd exited during startup (port $MYSQL_PORT busy?)"
+                die "$MY_NAME: mariadbd exited during startup (port $MY_PORT busy?)"
             fi
             my_ping && break
             sleep 0.1
         done
         if ! my_ping; then
-            log_tail "$MY_LOG"
-            die "$MY_NAME: no answer on $MY_SOCK after ${START_TIMEOUT}s (pid $spid still running)"
+            log_tail "$MY_LOG" 40
+            die "$MY_NAME: no answer on $MY_SOCK after ${MY_TIMEOUT}s (pid $spid still running)"
         fi
         # the pid file is written by mariadbd itself; make sure it is there
         [ -s "$MY_PID" ] || echo "$spid" > "$MY_PID"
         pid=$spid
-        # mariadb-install-db also creates root@<hostname>, which only
-        # produces warnings under --skip-name-resolve
-        if [ -f "$MY_DIR/mysql.fresh" ]; then
-            my_root -N -e "SELECT CONCAT('DROP USER IF EXISTS ', QUOTE(user), '@', QUOTE(host), ';') FROM mysql.user WHERE host NOT IN ('localhost', '127.0.0.1', '::1', '%')" \
-                | my_root && rm -f "$MY_DIR/mysql.fresh"
-        fi
     fi
 
-    mysql_provision || { log_tail "$MY_LOG"; die "$MY_NAME: provisioning failed"; }
-    echo "$MY_NAME: started (pid $pid, 127.0.0.1:$MYSQL_PORT, socket $MY_SOCK)"
+    if [ "$MY_PROVISION" = 1 ]; then
+        mysql_provision || { log_tail "$MY_LOG"; die "$MY_NAME: provisioning failed"; }
+    fi
+    echo "$MY_NAME: started (pid $pid, 127.0.0.1:$MY_PORT, socket $MY_SOCK)"
 }
 
 mysql_stop() {
     local pid
     need_mysql_bins
-    if pid=$(pid_of "$MY_PID" mariadbd || pid_of "$MY_PID" mysqld); then
+    if pid=$(my_pid); then
+        kill -CONT "$pid" 2>/dev/null || true
         "$MYADMIN" --no-defaults --protocol=socket --socket="$MY_SOCK" -uroot \
             --connect-timeout=2 shutdown >/dev/null 2>&1 \
             || kill "$pid" 2>/dev/null || true
-        wait_gone "$pid" 30 || die "$MY_NAME: pid $pid did not stop"
+        wait_gone "$pid" 60 || die "$MY_NAME: pid $pid did not stop"
         echo "$MY_NAME: stopped (pid $pid)"
     else
         echo "$MY_NAME: not running"
@@ -297,9 +414,9 @@ mysql_status() {
     local pid
     need_mysql_bins
     if pid=$(mysql_running); then
-        echo "$MY_NAME: running (pid $pid, 127.0.0.1:$MYSQL_PORT, socket $MY_SOCK, user $MYSQL_USER/$MYSQL_PASSWORD, db $MYSQL_DB)"
+        echo "$MY_NAME: running (pid $pid, 127.0.0.1:${MY_PORT:-?}, socket $MY_SOCK, user $MY_USER/$MY_PASSWORD, db $MY_DB)"
         return 0
-    elif pid=$(pid_of "$MY_PID" mariadbd || pid_of "$MY_PID" mysqld); then
+    elif pid=$(my_pid); then
         echo "$MY_NAME: pid $pid alive but not answering on $MY_SOCK"
     else
         echo "$MY_NAME: stopped"
@@ -310,15 +427,69 @@ mysql_status() {
 mysql_reset() {
     need_mysql_bins
     mysql_running >/dev/null || die "$MY_NAME: not running (scripts/services.sh start)"
-    my_root "$MYSQL_DB" -e 'TRUNCATE TABLE idempotency_keys' \
+    my_root "$MY_DB" -e 'TRUNCATE TABLE idempotency_keys' \
         || die "$MY_NAME: TRUNCATE failed"
     echo "$MY_NAME: table idempotency_keys truncated"
 }
 
+mysql_provision_cmd() {
+    need_mysql_bins
+    mysql_running >/dev/null || die "$MY_NAME: not running"
+    mysql_provision || die "$MY_NAME: provisioning failed"
+    echo "$MY_NAME: provisioned (user $MY_USER, db $MY_DB)"
+}
+
 # ------------------------------------------------------------------ Redis
 
+# RD_* variables: redis_use (the default set) or redis_args DIR OPTION...
+redis_defaults() {   # DIR
+    RD_DIR=$1
+    case $RD_DIR in /*) ;; *) RD_DIR=$PWD/$RD_DIR ;; esac
+    RD_NAME=$(basename "$RD_DIR")
+    RD_PORT="" RD_SOCK="" RD_PASS=""
+    RD_OPTS=()
+    RD_PID=$RD_DIR/redis.pid
+    RD_LOG=$RD_DIR/redis.log
+}
+
+redis_use() {
+    redis_defaults "$SVC"
+    RD_NAME=redis RD_PORT=$REDIS1_PORT RD_SOCK=$SVC/redis.sock
+}
+
+redis_args() {       # DIR OPTION... [-- REDIS-SERVER-OPTION...]
+    [ $# -ge 1 ] && [ -n "$1" ] || die "redis: no instance directory"
+    redis_defaults "$1"
+    shift
+    while [ $# -gt 0 ]; do
+        case $1 in
+            --port)   RD_PORT=${2:?--port needs a value}; shift 2 ;;
+            --socket) RD_SOCK=${2:?}; shift 2 ;;
+            --name)   RD_NAME=${2:?}; shift 2 ;;
+            --)       shift; RD_OPTS=("$@"); break ;;
+            *)        die "redis: unknown option '$1'" ;;
+        esac
+    done
+    case $RD_SOCK in ''|/*) ;; *) RD_SOCK=$PWD/$RD_SOCK ;; esac
+    local i
+    for ((i = 0; i + 1 < ${#RD_OPTS[@]}; i++)); do
+        [ "${RD_OPTS[i]}" = --requirepass ] && RD_PASS=${RD_OPTS[i + 1]}
+    done
+    return 0
+}
+
 rd_cli() {
-    "$REDIS_CLI" -s "$RD_SOCK" "$@"
+    local auth=()
+    [ -z "$RD_PASS" ] || auth=(env REDISCLI_AUTH="$RD_PASS")
+    if [ -n "$RD_SOCK" ]; then
+        ${auth[@]+"${auth[@]}"} "$REDIS_CLI" -s "$RD_SOCK" "$@"
+    else
+        ${auth[@]+"${auth[@]}"} "$REDIS_CLI" -h 127.0.0.1 -p "$RD_PORT" "$@"
+    fi
+}
+
+rd_where() {
+    echo "127.0.0.1:$RD_PORT${RD_SOCK:+, socket $RD_SOCK}"
 }
 
 redis_running() {
@@ -331,24 +502,31 @@ redis_running() {
 redis_start() {
     local pid i
     need_redis_bins
-    check_socket_path "$RD_SOCK"
+    [ -n "$RD_PORT" ] || die "$RD_NAME: no --port"
+    [ -z "$RD_SOCK" ] || check_socket_path "$RD_SOCK"
+    mkdir -p "$RD_DIR"
     if pid=$(redis_running); then
-        echo "redis: running (pid $pid, 127.0.0.1:$REDIS_PORT, socket $RD_SOCK)"
+        echo "$RD_NAME: running (pid $pid, $(rd_where))"
         return 0
     fi
     if pid=$(pid_of "$RD_PID" redis-server); then
-        echo "redis: pid $pid does not answer; killing it" >&2
+        echo "$RD_NAME: pid $pid does not answer; killing it" >&2
+        kill -CONT "$pid" 2>/dev/null || true
         kill "$pid" 2>/dev/null || true
-        wait_gone "$pid" 10 || die "redis: cannot stop pid $pid"
+        wait_gone "$pid" 10 || die "$RD_NAME: cannot stop pid $pid"
     fi
-    rm -f "$RD_PID" "$RD_SOCK"
+    rm -f "$RD_PID"
+    [ -z "$RD_SOCK" ] || rm -f "$RD_SOCK"
 
-    "$REDIS_SERVER" --port "$REDIS_PORT" --bind 127.0.0.1 \
-        --unixsocket "$RD_SOCK" --unixsocketperm 700 \
+    local sock=()
+    [ -z "$RD_SOCK" ] || sock=(--unixsocket "$RD_SOCK" --unixsocketperm 700)
+    "$REDIS_SERVER" --port "$RD_PORT" --bind 127.0.0.1 \
+        ${sock[@]+"${sock[@]}"} \
         --save '' --appendonly no --daemonize yes \
-        --pidfile "$RD_PID" --logfile "$RD_LOG" --dir "$SVC" \
+        --pidfile "$RD_PID" --logfile "$RD_LOG" --dir "$RD_DIR" \
+        ${RD_OPTS[@]+"${RD_OPTS[@]}"} \
         </dev/null >>"$RD_LOG" 2>&1 9>&- \
-        || { log_tail "$RD_LOG"; die "redis: redis-server failed to start"; }
+        || { log_tail "$RD_LOG"; die "$RD_NAME: redis-server failed to start"; }
 
     for ((i = 0; i < START_TIMEOUT * 10; i++)); do
         pid=$(redis_running) && break
@@ -360,82 +538,228 @@ redis_start() {
     done
     if ! pid=$(redis_running); then
         log_tail "$RD_LOG"
-        die "redis: no answer on $RD_SOCK (port $REDIS_PORT busy?)"
+        die "$RD_NAME: no answer on $(rd_where) (port $RD_PORT busy?)"
     fi
-    echo "redis: started (pid $pid, 127.0.0.1:$REDIS_PORT, socket $RD_SOCK)"
+    echo "$RD_NAME: started (pid $pid, $(rd_where))"
 }
 
+# SIGTERM: without save points (--save '') Redis exits without saving
 redis_stop() {
     local pid
-    need_redis_bins
     if pid=$(pid_of "$RD_PID" redis-server); then
-        rd_cli shutdown nosave >/dev/null 2>&1 || kill "$pid" 2>/dev/null || true
-        wait_gone "$pid" 10 || die "redis: pid $pid did not stop"
-        echo "redis: stopped (pid $pid)"
+        kill -CONT "$pid" 2>/dev/null || true
+        kill "$pid" 2>/dev/null || true
+        wait_gone "$pid" 10 || die "$RD_NAME: pid $pid did not stop"
+        echo "$RD_NAME: stopped (pid $pid)"
     else
-        echo "redis: not running"
+        echo "$RD_NAME: not running"
     fi
-    rm -f "$RD_PID" "$RD_SOCK"
+    rm -f "$RD_PID"
+    [ -z "$RD_SOCK" ] || rm -f "$RD_SOCK"
 }
 
 redis_status() {
     local pid
     need_redis_bins
     if pid=$(redis_running); then
-        echo "redis: running (pid $pid, 127.0.0.1:$REDIS_PORT, socket $RD_SOCK)"
+        echo "$RD_NAME: running (pid $pid, $(rd_where))"
         return 0
     elif pid=$(pid_of "$RD_PID" redis-server); then
-        echo "redis: pid $pid alive but not answering on $RD_SOCK"
+        echo "$RD_NAME: pid $pid alive but not answering"
     else
-        echo "redis: stopped"
+        echo "$RD_NAME: stopped"
     fi
     return 1
 }
 
 redis_reset() {
     need_redis_bins
-    redis_running >/dev/null || die "redis: not running (scripts/services.sh start)"
-    [ "$(rd_cli flushall 2>&1)" = OK ] || die "redis: FLUSHALL failed"
-    echo "redis: flushed"
+    redis_running >/dev/null || die "$RD_NAME: not running (scripts/services.sh start)"
+    [ "$(rd_cli flushall 2>&1)" = OK ] || die "$RD_NAME: FLUSHALL failed"
+    echo "$RD_NAME: flushed"
+}
+
+# ---------------------------------------------------------------- backend
+
+APP=$ROOT/backend/app.py
+PYTHON=${PYTHON:-python3}
+
+backend_pid() {     # pidfile -> pid of a live backend/app.py
+    local pid
+    [ -s "$1" ] || return 1
+    pid=$(tr -dc '0-9' < "$1")
+    [ -n "$pid" ] && alive "$pid" || return 1
+    tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q 'app\.py' || return 1
+    echo "$pid"
+}
+
+backend_answers() {
+    curl -fsS --max-time 2 -o /dev/null "http://127.0.0.1:$1/__count" 2>/dev/null
+}
+
+# FastCGI on port $1 answers an FCGI_GET_VALUES with FCGI_GET_VALUES_RESULT
+fcgi_answers() {
+    "$PYTHON" - "$1" 2>/dev/null <<'EOF'
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2)
+s.sendall(b"\x01\x09\x00\x00\x00\x11\x00\x00\x0f\x00FCGI_MPXS_CONNS")
+header = s.makefile("rb").read(8)
+sys.exit(0 if header[:2] == b"\x01\x0a" else 1)
+EOF
+}
+
+# pid $1 was started with --fcgi-port $2
+has_fcgi() {
+    tr '\0' ' ' < "/proc/$1/cmdline" 2>/dev/null | grep -q -- "--fcgi-port $2 "
+}
+
+backend_ready() {
+    backend_answers "$1" && { [ -z "$2" ] || fcgi_answers "$2"; }
+}
+
+backend_stop() {
+    local pidfile=$1 quiet=${2:-} pid i
+    if pid=$(backend_pid "$pidfile"); then
+        kill "$pid" 2>/dev/null || true
+        for ((i = 0; i < 50; i++)); do
+            alive "$pid" || break
+            sleep 0.1
+        done
+        alive "$pid" && kill -9 "$pid" 2>/dev/null || true
+        [ -n "$quiet" ] || echo "backend: stopped (pid $pid)"
+    else
+        [ -n "$quiet" ] || echo "backend: not running"
+    fi
+    rm -f "$pidfile"
+}
+
+backend_start() {
+    local port=$1 pidfile=$2 logfile=$3 fport=${4:-} pid i
+    local fargs=() where="127.0.0.1:$1"
+    [ -n "$port" ] && [ -n "$pidfile" ] && [ -n "$logfile" ] \
+        || die "usage: $0 backend start PORT PIDFILE LOGFILE [FCGI_PORT]"
+    if [ -n "$fport" ]; then
+        fargs=(--fcgi-port "$fport")
+        where="$where, FastCGI 127.0.0.1:$fport"
+    fi
+    if pid=$(backend_pid "$pidfile") \
+            && { [ -z "$fport" ] || has_fcgi "$pid" "$fport"; } \
+            && backend_ready "$port" "$fport"; then
+        echo "backend: running (pid $pid, $where)"
+        return 0
+    fi
+    backend_stop "$pidfile" -q
+    command -v "$PYTHON" >/dev/null 2>&1 || die "$PYTHON not found (scripts/deps.sh)"
+    mkdir -p "$(dirname "$pidfile")" "$(dirname "$logfile")"
+
+    setsid "$PYTHON" "$APP" --host 127.0.0.1 --port "$port" ${fargs[@]+"${fargs[@]}"} \
+        --pidfile "$pidfile" --log "$logfile" \
+        </dev/null >>"$logfile" 2>&1 9>&- &
+    local spid=$!
+
+    for ((i = 0; i < 100; i++)); do
+        if ! alive "$spid"; then
+            tail -n 15 "$logfile" >&2
+            die "backend exited at startup (port $port${fport:+ or $fport} busy?)"
+        fi
+        [ -s "$pidfile" ] && backend_ready "$port" "$fport" && break
+        sleep 0.1
+    done
+    backend_answers "$port" || { tail -n 15 "$logfile" >&2; die "backend: no answer on port $port"; }
+    [ -z "$fport" ] || fcgi_answers "$fport" \
+        || { tail -n 15 "$logfile" >&2; die "backend: no FastCGI answer on port $fport"; }
+    echo "backend: started (pid $spid, $where, log $logfile)"
+}
+
+backend_cmd() {
+    case ${1:-} in
+        start)   backend_start "${2:-}" "${3:-}" "${4:-}" "${5:-}" ;;
+        restart) backend_stop "${3:?pidfile}" -q
+                 backend_start "${2:-}" "${3:-}" "${4:-}" "${5:-}" ;;
+        stop)    backend_stop "${2:?pidfile}" "${3:-}" ;;
+        status)
+            local pid
+            if pid=$(backend_pid "${2:?pidfile}"); then
+                echo "backend: running (pid $pid)"
+            else
+                echo "backend: stopped"; return 1
+            fi ;;
+        *) echo "usage: $0 backend start|restart PORT PIDFILE LOGFILE [FCGI_PORT] | stop|status PIDFILE [-q]" >&2
+           exit 2 ;;
+    esac
 }
 
 # ------------------------------------------------------------------- main
 
 print_env() {
     mysql_use 1
+    redis_use
     cat <<EOF
 IDEM_MYSQL_HOST=127.0.0.1
-IDEM_MYSQL_PORT=$MYSQL_PORT
+IDEM_MYSQL_PORT=$MY_PORT
 IDEM_MYSQL_SOCKET=$MY_SOCK
-IDEM_MYSQL_USER=$MYSQL_USER
-IDEM_MYSQL_PASSWORD=$MYSQL_PASSWORD
-IDEM_MYSQL_DB=$MYSQL_DB
+IDEM_MYSQL_USER=$MY_USER
+IDEM_MYSQL_PASSWORD=$MY_PASSWORD
+IDEM_MYSQL_DB=$MY_DB
 IDEM_MYSQL2_PORT=$MYSQL2_PORT
 IDEM_MYSQL2_SOCKET=$SVC/mysql2.sock
 IDEM_REDIS_HOST=127.0.0.1
-IDEM_REDIS_PORT=$REDIS_PORT
+IDEM_REDIS_PORT=$RD_PORT
 IDEM_REDIS_SOCKET=$RD_SOCK
 EOF
 }
 
-lock() {   # serialize concurrent start/stop/reset from several shells
-    mkdir -p "$SVC"
-    exec 9>"$SVC/.lock"
+lock() {   # serialize concurrent start/stop/reset of a directory's services
+    mkdir -p "$1"
+    exec 9>"$1/.lock"
     if ! flock -n 9; then
-        echo "services: waiting for another services.sh in this checkout..." >&2
+        echo "services: waiting for another services.sh on $1..." >&2
         flock 9
     fi
 }
 
+usage() {
+    cat >&2 <<EOF
+usage: $0 start|stop|restart|status|reset|env
+       $0 mysql start|stop|status|provision|reset DIR [OPTION...] [-- MARIADBD-OPTION...]
+       $0 redis start|stop|status|reset DIR [OPTION...] [-- REDIS-SERVER-OPTION...]
+       $0 backend start|restart PORT PIDFILE LOGFILE [FCGI_PORT] | stop|status PIDFILE [-q]
+EOF
+    exit 2
+}
+
 cmd=${1:-status}
+[ $# -eq 0 ] || shift
 case $cmd in
-    start)   lock; mysql_each mysql_start; redis_start ;;
-    stop)    lock; mysql_each mysql_stop; redis_stop ;;
-    restart) lock; mysql_each mysql_stop; redis_stop
-             mysql_each mysql_start; redis_start ;;
-    reset)   lock; mysql_each mysql_reset; redis_reset ;;
+    start)   lock "$SVC"; mysql_each mysql_start; redis_use; redis_start ;;
+    stop)    lock "$SVC"; mysql_each mysql_stop; redis_use; redis_stop ;;
+    restart) lock "$SVC"; mysql_each mysql_stop; redis_use; redis_stop
+             mysql_each mysql_start; redis_use; redis_start ;;
+    reset)   lock "$SVC"; mysql_each mysql_reset; redis_use; redis_reset ;;
     status)  rc=0; mysql_each mysql_status || rc=1
-             redis_status || rc=1; exit $rc ;;
+             redis_use; redis_status || rc=1; exit $rc ;;
     env)     print_env ;;
-    *)       echo "usage: $0 start|stop|restart|status|reset|env" >&2; exit 2 ;;
+    mysql)
+        sub=${1:-}; [ $# -eq 0 ] || shift
+        mysql_args "$@"
+        case $sub in
+            start)     lock "$MY_DIR"; mysql_start ;;
+            stop)      lock "$MY_DIR"; mysql_stop ;;
+            status)    mysql_status ;;
+            provision) lock "$MY_DIR"; mysql_provision_cmd ;;
+            reset)     mysql_reset ;;
+            *)         usage ;;
+        esac ;;
+    redis)
+        sub=${1:-}; [ $# -eq 0 ] || shift
+        redis_args "$@"
+        case $sub in
+            start)  lock "$RD_DIR"; redis_start ;;
+            stop)   lock "$RD_DIR"; redis_stop ;;
+            status) redis_status ;;
+            reset)  redis_reset ;;
+            *)      usage ;;
+        esac ;;
+    backend) backend_cmd "$@" ;;
+    *)       usage ;;
 esac

@@ -9,7 +9,7 @@
 #  2. `nginx -t` on the system's /etc/nginx/nginx.conf;
 #  3. /usr/sbin/nginx on a free loopback port with a private configuration
 #     that loads the modules through `include /etc/nginx/modules-enabled/*.conf`,
-#     a backend (scripts/backend.sh) behind it, the private MariaDB of
+#     a backend (scripts/services.sh backend) behind it, the private MariaDB of
 #     scripts/services.sh (make services) as the store: a POST with an
 #     Idempotency-Key runs once at the backend, the second is replayed;
 #  4. nginx and the backend stopped, `apt-get purge`, and the checks that the
@@ -112,7 +112,7 @@ cleanup() {
     local rc=$? d
     trap - EXIT INT TERM
     stop_nginx
-    "$ROOT/scripts/backend.sh" stop "$WORK/backend.pid" -q || true
+    "$ROOT/scripts/services.sh" backend stop "$WORK/backend.pid" -q || true
     if [ -n "$INSTALLED" ]; then
         echo "test-deb: purging $DEB_PACKAGE" >&2
         purge || rc=1
@@ -173,7 +173,7 @@ NGINX_PORT=$(free_port)
 BACKEND_PORT=$(free_port)
 while [ "$BACKEND_PORT" = "$NGINX_PORT" ]; do BACKEND_PORT=$(free_port); done
 
-"$ROOT/scripts/backend.sh" restart "$BACKEND_PORT" "$WORK/backend.pid" \
+"$ROOT/scripts/services.sh" backend restart "$BACKEND_PORT" "$WORK/backend.pid" \
     "$WORK/backend.log"
 
 cat > "$WORK/nginx.conf" <<EOF
@@ -249,7 +249,7 @@ check "backend count still 1 after the replay" [ "$(count)" = 1 ]
 stop_nginx
 check "no emerg/alert/crit in the test nginx's error.log" \
     eval '! grep -E "\[(emerg|alert|crit)\]" "$WORK/error.log"'
-"$ROOT/scripts/backend.sh" stop "$WORK/backend.pid" -q
+"$ROOT/scripts/services.sh" backend stop "$WORK/backend.pid" -q
 
 # -------------------------------------------------------------------- purge
 

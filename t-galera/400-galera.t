@@ -82,12 +82,12 @@ IdemStress::lock_dir();
 
 END {
     $_->stop for grep { defined } @ngx;
-    system("$IdemStress::ROOT/scripts/backend.sh", 'stop', $backend_pid,
-           '-q');
+    system("$IdemStress::ROOT/scripts/services.sh", 'backend', 'stop',
+           $backend_pid, '-q');
 }
 
-system("$IdemStress::ROOT/scripts/backend.sh", 'restart', $BACKEND_PORT,
-       $backend_pid, "$IdemStress::DIR/backend.log") == 0
+system("$IdemStress::ROOT/scripts/services.sh", 'backend', 'restart',
+       $BACKEND_PORT, $backend_pid, "$IdemStress::DIR/backend.log") == 0
     or BAIL_OUT("the test backend did not start on 127.0.0.1:$BACKEND_PORT");
 
 for my $i (0, 1) {

@@ -181,8 +181,8 @@ unknown parameter "colour" in "idempotency_store"
     upstream backend { server 127.0.0.1:$TEST_NGINX_BACKEND_PORT; }
 --- user_files eval
 ">>> idem.secret\n$ENV{TEST_NGINX_MYSQL_PASSWORD}\n"
---- config
-    location /orders { idempotency main; proxy_pass http://backend; }
+--- config eval
+IdemTest::orders_location()
 --- more_headers
 Idempotency-Key: t001-11b
 --- request eval

@@ -11,9 +11,8 @@ run_tests();
 __DATA__
 
 === TEST 1: methods outside idempotency_methods pass through untouched
---- config
-    location /orders { idempotency main; proxy_pass http://backend; }
-    location = /count { proxy_pass http://backend/__count; }
+--- config eval
+IdemTest::orders_location(count => 1)
 --- more_headers
 Idempotency-Key: t010-get
 --- request eval
@@ -30,12 +29,8 @@ Idempotency-Key: t010-get
 
 
 === TEST 2: a POST without the key passes through when it is not required
---- config
-    location /orders {
-        idempotency main;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status;
-    }
+--- config eval
+IdemTest::orders_location(add_header => 'X-Idem')
 --- request
 POST /orders
 {}
@@ -49,12 +44,8 @@ X-Idem: bypass
 
 
 === TEST 3: required and missing: 400 problem+json
---- config
-    location /orders {
-        idempotency main;
-        idempotency_required on;
-        proxy_pass http://backend;
-    }
+--- config eval
+IdemTest::orders_location(idempotency_required => 'on')
 --- request
 POST /orders
 {}
@@ -69,13 +60,8 @@ Content-Type: application/problem+json
 
 
 === TEST 4: first request executes, the duplicate is replayed
---- config
-    location /orders {
-        idempotency main;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-    }
-    location = /count { proxy_pass http://backend/__count; }
+--- config eval
+IdemTest::orders_location(add_header => 'X-Idem', count => 1)
 --- more_headers
 Idempotency-Key: t010-4
 --- request eval
@@ -92,8 +78,8 @@ Idempotency-Key: t010-4
 
 
 === TEST 5: the replay is byte-identical: status, headers, body
---- config
-    location /orders { idempotency main; proxy_pass http://backend; }
+--- config eval
+IdemTest::orders_location()
 --- init
 my $r1 = `curl -s -i -X POST -H 'Idempotency-Key: t010-5' --data-binary x 'http://127.0.0.1:@{[port()]}/orders?cookies=2'`;
 my $r2 = `curl -s -i -X POST -H 'Idempotency-Key: t010-5' --data-binary x 'http://127.0.0.1:@{[port()]}/orders?cookies=2'`;
@@ -116,9 +102,8 @@ Content-Type: application/json
 
 
 === TEST 6: 201 with Location is replayed with its Location, not executed again
---- config
-    location /orders { idempotency main; proxy_pass http://backend; }
-    location = /count { proxy_pass http://backend/__count; }
+--- config eval
+IdemTest::orders_location(count => 1)
 --- init
 # every execution gets a new Location (/orders/ord-<n>, n counts all
 # executions): the replay must carry the first response's own
@@ -147,13 +132,9 @@ Idempotency-Key: t010-6
 
 
 === TEST 6b: idempotency_replay_skip_header keeps headers out of the stored record
---- config
-    location /orders {
-        idempotency main;
-        idempotency_replay_skip_header Set-Cookie x-order-id;
-        proxy_pass http://backend;
-    }
-    location = /count { proxy_pass http://backend/__count; }
+--- config eval
+IdemTest::orders_location(idempotency_replay_skip_header => 'Set-Cookie x-order-id',
+    count => 1)
 --- more_headers
 Idempotency-Key: t010-6b
 --- request eval
@@ -171,13 +152,10 @@ Idempotency-Key: t010-6b
 
 
 === TEST 6c: off cancels an inherited list
---- config
+--- config eval
+IdemTest::orders_location(idempotency_replay_skip_header => 'off') . q{
     idempotency_replay_skip_header Set-Cookie;
-    location /orders {
-        idempotency main;
-        idempotency_replay_skip_header off;
-        proxy_pass http://backend;
-    }
+}
 --- more_headers
 Idempotency-Key: t010-6c
 --- request eval
@@ -190,8 +168,8 @@ Idempotency-Key: t010-6c
 
 
 === TEST 7: binary body replayed byte for byte
---- config
-    location /orders { idempotency main; proxy_pass http://backend; }
+--- config eval
+IdemTest::orders_location()
 --- more_headers
 Idempotency-Key: t010-7
 --- request eval
@@ -209,8 +187,8 @@ Idempotency-Key: t010-7
 
 
 === TEST 8: a chunked upstream response is replayed whole
---- config
-    location /orders { idempotency main; proxy_pass http://backend; }
+--- config eval
+IdemTest::orders_location()
 --- more_headers
 Idempotency-Key: t010-8
 --- request eval
@@ -227,8 +205,8 @@ Idempotency-Key: t010-8
 
 
 === TEST 9: a gzip'ed body keeps its Content-Encoding and bytes
---- config
-    location /orders { idempotency main; proxy_pass http://backend; }
+--- config eval
+IdemTest::orders_location()
 --- init
 my $a = `curl -s -X POST -H 'Idempotency-Key: t010-9' --data-binary x 'http://127.0.0.1:@{[port()]}/orders?gzip=1'`;
 my $b = `curl -s -X POST -H 'Idempotency-Key: t010-9' --data-binary x 'http://127.0.0.1:@{[port()]}/orders?gzip=1'`;
@@ -248,8 +226,8 @@ Idempotent-Replayed: true
 
 
 === TEST 10: an empty body is replayed as empty
---- config
-    location /orders { idempotency main; proxy_pass http://backend; }
+--- config eval
+IdemTest::orders_location()
 --- more_headers
 Idempotency-Key: t010-10
 --- request eval
@@ -266,9 +244,8 @@ Idempotency-Key: t010-10
 
 
 === TEST 11: 204 No Content is replayed
---- config
-    location /orders { idempotency main; proxy_pass http://backend; }
-    location = /count { proxy_pass http://backend/__count; }
+--- config eval
+IdemTest::orders_location(count => 1)
 --- more_headers
 Idempotency-Key: t010-11
 --- request eval
@@ -283,8 +260,8 @@ Idempotency-Key: t010-11
 
 
 === TEST 12: the key header reaches the upstream
---- config
-    location /orders { idempotency main; proxy_pass http://backend; }
+--- config eval
+IdemTest::orders_location()
 --- more_headers
 Idempotency-Key: "t010 12"
 --- request
@@ -298,13 +275,8 @@ x
 
 
 === TEST 13: quoted and bare spellings are one key
---- config
-    location /orders {
-        idempotency main;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-        add_header X-Key $idempotency_key always;
-    }
+--- config eval
+IdemTest::orders_location(add_header => 'X-Idem X-Key')
 --- init
 system("curl -s -o /dev/null -X POST -H 'Idempotency-Key: t010-13' --data-binary x http://127.0.0.1:@{[port()]}/orders") == 0 or die "curl failed";
 --- more_headers
@@ -323,8 +295,8 @@ Idempotent-Replayed: true
 
 
 === TEST 14: a PATCH is protected too
---- config
-    location /orders { idempotency main; proxy_pass http://backend; }
+--- config eval
+IdemTest::orders_location()
 --- more_headers
 Idempotency-Key: t010-14
 --- request eval
@@ -339,9 +311,10 @@ Idempotency-Key: t010-14
 
 
 === TEST 15: a body that spills to a temp file is fingerprinted and forwarded
---- config
+--- config eval
+IdemTest::orders_location() . q{
     client_body_buffer_size 1k;
-    location /orders { idempotency main; proxy_pass http://backend; }
+}
 --- more_headers
 Idempotency-Key: t010-15
 --- request eval
@@ -356,8 +329,8 @@ Idempotency-Key: t010-15
 
 
 === TEST 16: a first request costs two store round trips: claim, complete
---- config
-    location /orders { idempotency main; proxy_pass http://backend; }
+--- config eval
+IdemTest::orders_location()
 --- more_headers
 Idempotency-Key: t010-16
 --- request
@@ -373,8 +346,8 @@ idempotency mysql complete start
 
 
 === TEST 17: a duplicate costs one, and replays a record stored by others
---- config
-    location /orders { idempotency main; proxy_pass http://backend; }
+--- config eval
+IdemTest::orders_location()
 --- init
 my $kh = key_hash_hex('t010-17');
 my $fp = fingerprint('POST', '/orders', 'x');
@@ -409,9 +382,8 @@ idempotency mysql claim start
 
 
 === TEST 18: a malformed stored record is never replayed nor re-executed
---- config
-    location /orders { idempotency main; proxy_pass http://backend; }
-    location = /count { proxy_pass http://backend/__count; }
+--- config eval
+IdemTest::orders_location(count => 1)
 --- init
 my $kh = key_hash_hex('t010-18');
 my $fp = fingerprint('POST', '/orders', 'x');
@@ -442,9 +414,8 @@ GET /count?key=t010-18
 
 
 === TEST 18b: a stored record that would inject a header is never replayed
---- config
-    location /orders { idempotency main; proxy_pass http://backend; }
-    location = /count { proxy_pass http://backend/__count; }
+--- config eval
+IdemTest::orders_location(count => 1)
 --- init
 my $kh = key_hash_hex('t010-18b');
 my $fp = fingerprint('POST', '/orders', 'x');
@@ -479,8 +450,8 @@ GET /count?key=t010-18b
 
 
 === TEST 19: the upstream's own status line is replayed too
---- config
-    location /orders { idempotency main; proxy_pass http://backend; }
+--- config eval
+IdemTest::orders_location()
 --- more_headers
 Idempotency-Key: t010-19
 --- request eval

@@ -10,14 +10,8 @@ add_block_preprocessor(sub {
     my $block = shift;
 
     if (!defined $block->config) {
-        $block->set_value('config', <<'CONF');
-    location /orders {
-        idempotency main;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-    }
-    location = /count { proxy_pass http://backend/__count; }
-CONF
+        $block->set_value('config',
+                          orders_location(add_header => 'X-Idem', count => 1));
     }
 });
 
@@ -160,12 +154,8 @@ the quoted key has an escape other than
 === TEST 9: escapes unquote into the key
 --- more_headers
 Idempotency-Key: "t020-9 \"q\" \\"
---- config
-    location /orders {
-        idempotency main;
-        proxy_pass http://backend;
-        add_header X-Key $idempotency_key always;
-    }
+--- config eval
+IdemTest::orders_location(add_header => 'X-Key')
 --- request
 POST /orders
 x
@@ -236,12 +226,8 @@ Idempotency-Key: t020-14
 
 
 === TEST 15: fingerprint off: another body is replayed
---- config
-    location /orders {
-        idempotency main;
-        idempotency_fingerprint off;
-        proxy_pass http://backend;
-    }
+--- config eval
+IdemTest::orders_location(idempotency_fingerprint => 'off')
 --- more_headers
 Idempotency-Key: t020-15
 --- request eval
@@ -256,15 +242,9 @@ Idempotency-Key: t020-15
 
 
 === TEST 16: one key under two scopes is two operations
---- config
-    location /orders {
-        idempotency main;
-        idempotency_scope $arg_tenant;
-        idempotency_fingerprint off;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-    }
-    location = /count { proxy_pass http://backend/__count; }
+--- config eval
+IdemTest::orders_location(idempotency_scope => '$arg_tenant',
+    idempotency_fingerprint => 'off', add_header => 'X-Idem', count => 1)
 --- more_headers
 Idempotency-Key: t020-16
 --- request eval
@@ -281,14 +261,9 @@ Idempotency-Key: t020-16
 
 
 === TEST 16b: a configured scope that is empty for a request: 400 scope-missing, nothing runs
---- config
-    location /orders {
-        idempotency main;
-        idempotency_scope $arg_tenant;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-    }
-    location = /count { proxy_pass http://backend/__count; }
+--- config eval
+IdemTest::orders_location(idempotency_scope => '$arg_tenant',
+    add_header => 'X-Idem', count => 1)
 --- more_headers
 Idempotency-Key: t020-16b
 --- request eval
@@ -303,13 +278,9 @@ Idempotency-Key: t020-16b
 
 
 === TEST 17: a custom header name
---- config
-    location /orders {
-        idempotency main;
-        idempotency_header X-Request-Id;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-    }
+--- config eval
+IdemTest::orders_location(idempotency_header => 'X-Request-Id',
+    add_header => 'X-Idem')
 --- more_headers
 X-Request-Id: t020-17
 --- request eval

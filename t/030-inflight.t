@@ -10,13 +10,8 @@ run_tests();
 __DATA__
 
 === TEST 1: in flight: 409 with Retry-After, never a second execution
---- config
-    location /orders {
-        idempotency main;
-        idempotency_lease 6s;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-    }
+--- config eval
+IdemTest::orders_location(idempotency_lease => '6s', add_header => 'X-Idem') . q{
     # the same key, held until the first request has ended: the count is
     # read only once no execution can still be on its way
     location /held/ {
@@ -28,6 +23,7 @@ __DATA__
         add_header X-Idem $idempotency_status always;
     }
     location = /count { proxy_pass http://backend/__count; }
+}
 --- init
 bg_request('POST', '/orders?delay=1500', 't030-1', 'x', 0.5);
 --- more_headers
@@ -49,9 +45,8 @@ Idempotency-Key: t030-1
 
 
 === TEST 2: afterwards the result is replayed and it ran once
---- config
-    location /orders { idempotency main; proxy_pass http://backend; }
-    location = /count { proxy_pass http://backend/__count; }
+--- config eval
+IdemTest::orders_location(count => 1)
 --- init
 bg_request('POST', '/orders?delay=1000', 't030-2', 'x', 0.3);
 sleep 2;
@@ -69,14 +64,9 @@ Idempotency-Key: t030-2
 
 
 === TEST 3: idempotency_wait holds the duplicate and replays the result
---- config
-    location /orders {
-        idempotency main;
-        idempotency_wait 5s;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-    }
-    location = /count { proxy_pass http://backend/__count; }
+--- config eval
+IdemTest::orders_location(idempotency_wait => '5s', add_header => 'X-Idem',
+    count => 1)
 --- init
 bg_request('POST', '/orders?delay=1000', 't030-3', 'x', 0.3);
 --- more_headers
@@ -95,12 +85,8 @@ Idempotency-Key: t030-3
 
 
 === TEST 4: idempotency_wait ends before the first request: 409
---- config
-    location /orders {
-        idempotency main;
-        idempotency_wait 300ms;
-        proxy_pass http://backend;
-    }
+--- config eval
+IdemTest::orders_location(idempotency_wait => '300ms')
 --- init
 bg_request('POST', '/orders?delay=2000', 't030-4', 'x', 0.3);
 --- more_headers

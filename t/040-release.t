@@ -11,18 +11,12 @@ add_block_preprocessor(sub {
     my $block = shift;
 
     if (!defined $block->config) {
-        $block->set_value('config', <<'CONF');
-    location /orders {
-        idempotency main;
-        proxy_pass http://backend;
-        proxy_read_timeout 1s;
-        add_header X-Idem $idempotency_status always;
-    }
+        $block->set_value('config', orders_location(proxy_read_timeout => '1s',
+            add_header => 'X-Idem', count => 1) . <<'CONF');
     location /down {
         idempotency main;
         proxy_pass http://127.0.0.1:1;
     }
-    location = /count { proxy_pass http://backend/__count; }
 CONF
     }
 });
@@ -48,13 +42,8 @@ Idempotency-Key: t040-1
 
 
 === TEST 2: idempotency_store_5xx on keeps the 5xx
---- config
-    location /orders {
-        idempotency main;
-        idempotency_store_5xx on;
-        proxy_pass http://backend;
-    }
-    location = /count { proxy_pass http://backend/__count; }
+--- config eval
+IdemTest::orders_location(idempotency_store_5xx => 'on', count => 1)
 --- more_headers
 Idempotency-Key: t040-2
 --- request eval
@@ -83,12 +72,9 @@ Idempotency-Key: t040-3
 
 
 === TEST 4: upstream refused: 502, the key is free again
---- config
-    location /orders {
-        idempotency main;
-        proxy_pass http://127.0.0.1:1;
-        add_header X-Idem $idempotency_status always;
-    }
+--- config eval
+IdemTest::orders_location(proxy_pass => 'http://127.0.0.1:1',
+    add_header => 'X-Idem')
 --- more_headers
 Idempotency-Key: t040-4
 --- request eval
@@ -128,13 +114,8 @@ GET /count?key=t040-6
 
 
 === TEST 7: a response shorter than its Content-Length is not stored
---- config
-    location /orders {
-        idempotency main;
-        proxy_pass http://backend;
-        proxy_buffering off;
-    }
-    location = /count { proxy_pass http://backend/__count; }
+--- config eval
+IdemTest::orders_location(proxy_buffering => 'off', count => 1)
 --- init
 for (1 .. 2) {
     system("curl -s -o /dev/null -X POST -H 'Idempotency-Key: t040-7' --data-binary x 'http://127.0.0.1:@{[port()]}/orders?reset=1'");
@@ -149,14 +130,9 @@ GET /count?key=t040-7
 
 
 === TEST 8: too large to store: streamed in full, never executed again
---- config
-    location /orders {
-        idempotency main;
-        idempotency_max_response_size 10k;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-    }
-    location = /count { proxy_pass http://backend/__count; }
+--- config eval
+IdemTest::orders_location(idempotency_max_response_size => '10k',
+    add_header => 'X-Idem', count => 1)
 --- more_headers
 Idempotency-Key: t040-8
 --- request eval
@@ -173,12 +149,8 @@ Idempotency-Key: t040-8
 
 
 === TEST 9: too large to store: the log says so
---- config
-    location /orders {
-        idempotency main;
-        idempotency_max_response_size 1k;
-        proxy_pass http://backend;
-    }
+--- config eval
+IdemTest::orders_location(idempotency_max_response_size => '1k')
 --- more_headers
 Idempotency-Key: t040-9
 --- request
@@ -191,13 +163,8 @@ exceeds idempotency_max_response_size, not stored
 
 
 === TEST 10: client gone while the upstream works: the exchange runs to its end, the retry replays it
---- config
-    location /orders {
-        idempotency main;
-        idempotency_lease 10s;
-        proxy_pass http://backend;
-    }
-    location = /count { proxy_pass http://backend/__count; }
+--- config eval
+IdemTest::orders_location(idempotency_lease => '10s', count => 1)
 --- init
 system("curl -s -o /dev/null --max-time 0.5 -X POST -H 'Idempotency-Key: t040-10' --data-binary x 'http://127.0.0.1:@{[port()]}/orders?delay=1500'");
 sleep 2;
@@ -215,13 +182,8 @@ Idempotency-Key: t040-10
 
 
 === TEST 11: client gone mid-response (proxy_buffering off): the rest is still read and stored, the retry replays all of it
---- config
-    location /orders {
-        idempotency main;
-        proxy_pass http://backend;
-        proxy_buffering off;
-    }
-    location = /count { proxy_pass http://backend/__count; }
+--- config eval
+IdemTest::orders_location(proxy_buffering => 'off', count => 1)
 --- init
 system("curl -s -o /dev/null --max-time 0.7 -X POST -H 'Idempotency-Key: t040-11' --data-binary x 'http://127.0.0.1:@{[port()]}/orders?size=4000&slow_body=2000'");
 sleep 2.5;

@@ -28,15 +28,8 @@ add_block_preprocessor(sub {
     $block->set_value('http_config', store_config(query_timeout => '200ms'));
 
     if (!defined $block->config) {
-        $block->set_value('config', <<'CONF');
-    location /orders {
-        idempotency main;
-        idempotency_lease 2s;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-    }
-    location = /count { proxy_pass http://backend/__count; }
-CONF
+        $block->set_value('config', orders_location(idempotency_lease => '2s',
+            add_header => 'X-Idem', count => 1));
     }
 });
 
@@ -119,15 +112,9 @@ Idempotency-Key: t050-4
 
 
 === TEST 5: retention follows idempotency_ttl
---- config
-    location /orders {
-        idempotency main;
-        idempotency_ttl 1s;
-        idempotency_lease 600ms;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-    }
-    location = /count { proxy_pass http://backend/__count; }
+--- config eval
+IdemTest::orders_location(idempotency_ttl => '1s',
+    idempotency_lease => '600ms', add_header => 'X-Idem', count => 1)
 --- init
 system("curl -s -o /dev/null -X POST -H 'Idempotency-Key: t050-5' --data-binary x http://127.0.0.1:@{[port()]}/orders") == 0 or die;
 sleep 2;
@@ -145,14 +132,9 @@ Idempotency-Key: t050-5
 
 
 === TEST 6: a slow upstream keeps its lease by renewal, never taken over
---- config
-    location /orders {
-        idempotency main;
-        idempotency_lease 600ms;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-    }
-    location = /count { proxy_pass http://backend/__count; }
+--- config eval
+IdemTest::orders_location(idempotency_lease => '600ms',
+    add_header => 'X-Idem', count => 1)
 --- init
 bg_request('POST', '/orders?delay=2500', 't050-6', 'x', 1.5);
 --- more_headers

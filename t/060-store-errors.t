@@ -13,9 +13,8 @@ __DATA__
 --- http_config
     idempotency_store down mysql=127.0.0.1:1 user=u password=sekrit-pw database=d;
     upstream backend { server 127.0.0.1:$TEST_NGINX_BACKEND_PORT; }
---- config
-    location /orders { idempotency down; proxy_pass http://backend; }
-    location = /count { proxy_pass http://backend/__count; }
+--- config eval
+IdemTest::orders_location(idempotency => 'down', count => 1)
 --- more_headers
 Idempotency-Key: t060-1
 --- request
@@ -38,9 +37,8 @@ sekrit-pw
 --- http_config
     idempotency_store down mysql=127.0.0.1:1 user=u password=p database=d;
     upstream backend { server 127.0.0.1:$TEST_NGINX_BACKEND_PORT; }
---- config
-    location /orders { idempotency down; proxy_pass http://backend; }
-    location = /count { proxy_pass http://backend/__count; }
+--- config eval
+IdemTest::orders_location(idempotency => 'down', count => 1)
 --- more_headers
 Idempotency-Key: t060-1b
 --- request eval
@@ -56,13 +54,9 @@ Idempotency-Key: t060-1b
 --- http_config
     idempotency_store down mysql=127.0.0.1:1 user=u password=p database=d;
     upstream backend { server 127.0.0.1:$TEST_NGINX_BACKEND_PORT; }
---- config
-    location /orders {
-        idempotency down;
-        idempotency_on_store_error pass;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-    }
+--- config eval
+IdemTest::orders_location(idempotency => 'down',
+    idempotency_on_store_error => 'pass', add_header => 'X-Idem')
 --- more_headers
 Idempotency-Key: t060-2
 --- request eval
@@ -80,12 +74,9 @@ Idempotency-Key: t060-2
 --- http_config
     idempotency_store down mysql=127.0.0.1:1 user=u password=p database=d;
     upstream backend { server 127.0.0.1:$TEST_NGINX_BACKEND_PORT; }
---- config
-    location /orders {
-        idempotency down;
-        idempotency_on_store_error pass;
-        proxy_pass http://backend;
-    }
+--- config eval
+IdemTest::orders_location(idempotency => 'down',
+    idempotency_on_store_error => 'pass')
 --- more_headers
 Idempotency-Key: t060-2b
 --- request
@@ -101,8 +92,8 @@ passing the request unprotected
 --- http_config eval
 "idempotency_store hung mysql=127.0.0.1:$ENV{TEST_NGINX_BACKEND_PORT} user=u password=p database=d connect_timeout=300ms query_timeout=500ms;\n"
 . "upstream backend { server 127.0.0.1:$ENV{TEST_NGINX_BACKEND_PORT}; }\n"
---- config
-    location /orders { idempotency hung; proxy_pass http://backend; }
+--- config eval
+IdemTest::orders_location(idempotency => 'hung')
 --- more_headers
 Idempotency-Key: t060-3
 --- request
@@ -118,8 +109,8 @@ idempotency store "hung"
 --- http_config
     idempotency_store bad mysql=127.0.0.1:$TEST_NGINX_MYSQL_PORT user=$TEST_NGINX_MYSQL_USER password=wrong-pw-123 database=$TEST_NGINX_MYSQL_DB;
     upstream backend { server 127.0.0.1:$TEST_NGINX_BACKEND_PORT; }
---- config
-    location /orders { idempotency bad; proxy_pass http://backend; }
+--- config eval
+IdemTest::orders_location(idempotency => 'bad')
 --- more_headers
 Idempotency-Key: t060-4
 --- request
@@ -137,8 +128,8 @@ wrong-pw-123
 --- http_config
     idempotency_store main mysql=127.0.0.1:$TEST_NGINX_MYSQL_PORT user=$TEST_NGINX_MYSQL_USER password=$TEST_NGINX_MYSQL_PASSWORD database=$TEST_NGINX_MYSQL_DB table=no_such_table;
     upstream backend { server 127.0.0.1:$TEST_NGINX_BACKEND_PORT; }
---- config
-    location /orders { idempotency main; proxy_pass http://backend; }
+--- config eval
+IdemTest::orders_location()
 --- more_headers
 Idempotency-Key: t060-5
 --- request
@@ -154,12 +145,8 @@ the table is missing or has the wrong columns (apply mysql/schema.sql)
 --- http_config
     idempotency_store main mysql=unix:$TEST_NGINX_MYSQL_SOCKET user=$TEST_NGINX_MYSQL_USER password=$TEST_NGINX_MYSQL_PASSWORD database=$TEST_NGINX_MYSQL_DB;
     upstream backend { server 127.0.0.1:$TEST_NGINX_BACKEND_PORT; }
---- config
-    location /orders {
-        idempotency main;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-    }
+--- config eval
+IdemTest::orders_location(add_header => 'X-Idem')
 --- more_headers
 Idempotency-Key: t060-6
 --- request eval
@@ -177,13 +164,8 @@ Idempotency-Key: t060-6
 --- http_config
     idempotency_store main mysql=127.0.0.1:$TEST_NGINX_MYSQL_PORT user=$TEST_NGINX_MYSQL_USER password=$TEST_NGINX_MYSQL_PASSWORD database=$TEST_NGINX_MYSQL_DB pool=1 wait_queue=0 query_timeout=8s purge=off;
     upstream backend { server 127.0.0.1:$TEST_NGINX_BACKEND_PORT; }
---- config
-    location /orders {
-        idempotency main;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-    }
-    location = /count { proxy_pass http://backend/__count; }
+--- config eval
+IdemTest::orders_location(add_header => 'X-Idem', count => 1)
 --- init
 # a session of our own holds the row of key a, uncommitted: the claim of
 # a waits for it in the server, on the only connection of the pool
@@ -250,12 +232,8 @@ Idempotency-Key: t060-7b
 --- http_config
     idempotency_store flaky mysql=127.0.0.1:3399 user=$TEST_NGINX_MYSQL_USER password=$TEST_NGINX_MYSQL_PASSWORD database=$TEST_NGINX_MYSQL_DB;
     upstream backend { server 127.0.0.1:$TEST_NGINX_BACKEND_PORT; }
---- config
-    location /orders {
-        idempotency flaky;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-    }
+--- config eval
+IdemTest::orders_location(idempotency => 'flaky', add_header => 'X-Idem')
 --- init
 my $code = `curl -s -o /dev/null -w '%{http_code}' -X POST -H 'Idempotency-Key: t060-8' --data-binary x http://127.0.0.1:@{[port()]}/orders`;
 $code eq '503' or die "with the store away: $code";

@@ -32,17 +32,13 @@ X-Idem: bypass
 
 
 === TEST 2: a rewrite into another protected location claims once
---- config
+--- config eval
+IdemTest::orders_location(add_header => 'X-Idem', count => 1) . q{
     location /v1/orders {
         idempotency main;
         rewrite ^/v1(.*)$ $1 last;
     }
-    location /orders {
-        idempotency main;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-    }
-    location = /count { proxy_pass http://backend/__count; }
+}
 --- more_headers
 Idempotency-Key: t070-2
 --- request eval

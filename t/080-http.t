@@ -10,14 +10,8 @@ add_block_preprocessor(sub {
     my $block = shift;
 
     if (!defined $block->config) {
-        $block->set_value('config', <<'CONF');
-    location /orders {
-        idempotency main;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-    }
-    location = /count { proxy_pass http://backend/__count; }
-CONF
+        $block->set_value('config',
+                          orders_location(add_header => 'X-Idem', count => 1));
     }
 });
 
@@ -74,7 +68,7 @@ Idempotency-Key: t080-1
 === TEST 3: HTTP/2: first request and a byte-identical replay
 --- http_config eval
 IdemTest::store_config() . "server {\n listen 127.0.0.1:" . (IdemTest::port() + 1) . " http2;\n"
-. " location /orders { idempotency main; proxy_pass http://backend; }\n}\n"
+. IdemTest::orders_location() . "}\n"
 --- init
 my $port = port() + 1;
 my $o1 = `curl -s --http2-prior-knowledge -X POST -H 'Idempotency-Key: t080-3' --data-binary x -D - http://127.0.0.1:$port/orders`;

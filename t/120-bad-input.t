@@ -35,16 +35,12 @@ add_block_preprocessor(sub {
     my $block = shift;
 
     if (!defined $block->config) {
-        $block->set_value('config', <<'CONF');
+        $block->set_value('config',
+                          orders_location(idempotency_wait => '10s') . <<'CONF');
     client_body_timeout 2s;
     add_header X-Idem $idempotency_status always;
     add_header X-Key $idempotency_key always;
 
-    location /orders {
-        idempotency main;
-        idempotency_wait 10s;
-        proxy_pass http://backend;
-    }
     location /small {
         idempotency main;
         idempotency_wait 10s;
@@ -331,13 +327,8 @@ the key has a byte that is not printable ASCII
 
 
 === TEST 17: a bare key with a space is the key itself (as Stripe clients send it)
---- config
-    location /orders {
-        idempotency main;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-        add_header X-Key $idempotency_key always;
-    }
+--- config eval
+IdemTest::orders_location(add_header => 'X-Idem X-Key')
 --- more_headers
 Idempotency-Key: t120 17
 --- request
@@ -410,13 +401,8 @@ the key has an unbalanced quote
 
 
 === TEST 22: a backslash in a bare key is a character of the key
---- config
-    location /orders {
-        idempotency main;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-        add_header X-Key $idempotency_key always;
-    }
+--- config eval
+IdemTest::orders_location(add_header => 'X-Idem X-Key')
 --- more_headers
 Idempotency-Key: t120\22
 --- request

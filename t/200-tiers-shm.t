@@ -26,14 +26,8 @@ __DATA__
 === TEST 1: a zone replay is byte-identical to a MySQL replay
 --- http_config eval
 TierTest::tier_stores(main => 'cache=idem_t200:1m', plain => '')
---- config
-    location /orders {
-        if ($http_x_via = plain) { rewrite ^ /plain$uri last; }
-        idempotency main;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-        add_header X-Tier $idempotency_tier always;
-    }
+--- config eval
+IdemTest::orders_location(via => 'plain', add_header => 'X-Idem X-Tier') . q{
     location /plain/ {
         internal;
         idempotency plain;
@@ -41,6 +35,7 @@ TierTest::tier_stores(main => 'cache=idem_t200:1m', plain => '')
         add_header X-Idem $idempotency_status always;
         add_header X-Tier $idempotency_tier always;
     }
+}
 --- init
 my %q = (key => 't200-1', uri => '/orders?cookies=2', body => 'x');
 my $r = http_req(%q);
@@ -77,12 +72,8 @@ idempotency: key "t200-1" found in the cache zone
 === TEST 2: a binary body comes back from the zone byte for byte
 --- http_config eval
 TierTest::tier_stores(main => 'cache=idem_t200:1m', plain => '')
---- config
-    location /orders {
-        idempotency main;
-        proxy_pass http://backend;
-        add_header X-Tier $idempotency_tier always;
-    }
+--- config eval
+IdemTest::orders_location(add_header => 'X-Tier')
 --- init
 my $r = http_req(key => 't200-2', uri => '/orders?binary=1', body => 'x');
 is($r->{status}, 201, 'executed');
@@ -107,14 +98,8 @@ CORE::join('', map { chr($_) } 0..255, CORE::reverse(0..255)) . ("\0" x 64)
 === TEST 3: the fingerprint is checked against the zone entry: 422
 --- http_config eval
 TierTest::tier_stores(main => 'cache=idem_t200:1m', plain => '')
---- config
-    location /orders {
-        idempotency main;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-        add_header X-Tier $idempotency_tier always;
-    }
-    location = /count { proxy_pass http://backend/__count; }
+--- config eval
+IdemTest::orders_location(add_header => 'X-Idem X-Tier', count => 1)
 --- init
 my $r = http_req(key => 't200-3', body => 'first body');
 is($r->{status}, 201, 'executed');
@@ -138,14 +123,8 @@ Time::HiRes::sleep(0.2);
 === TEST 4: a replay that MySQL serves fills the zone
 --- http_config eval
 TierTest::tier_stores(main => 'cache=idem_t200:1m', plain => '')
---- config
-    location /orders {
-        if ($http_x_via = plain) { rewrite ^ /plain$uri last; }
-        idempotency main;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-        add_header X-Tier $idempotency_tier always;
-    }
+--- config eval
+IdemTest::orders_location(via => 'plain', add_header => 'X-Idem X-Tier') . q{
     location /plain/ {
         internal;
         idempotency plain;
@@ -153,6 +132,7 @@ TierTest::tier_stores(main => 'cache=idem_t200:1m', plain => '')
         add_header X-Idem $idempotency_status always;
         add_header X-Tier $idempotency_tier always;
     }
+}
 --- init
 # executed through the store without tiers: the zone knows nothing of it
 my $r = http_req(key => 't200-4', body => 'x', headers => ['X-Via: plain']);
@@ -176,13 +156,8 @@ Idempotency-Key: t200-4
 === TEST 5: $idempotency_tier: empty when the module did not act, mysql for a claim
 --- http_config eval
 TierTest::tier_stores(main => 'cache=idem_t200:1m')
---- config
-    location /orders {
-        idempotency main;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-        add_header X-Tier $idempotency_tier always;
-    }
+--- config eval
+IdemTest::orders_location(add_header => 'X-Idem X-Tier')
 --- more_headers eval
 ["", "Idempotency-Key: t200-5"]
 --- request eval
@@ -202,13 +177,8 @@ TierTest::tier_stores(main => 'cache=idem_t200:1m')
 --- skip_eval: 8: $ENV{TEST_NGINX_USE_VALGRIND}
 --- http_config eval
 TierTest::tier_stores(main => 'cache=idem_t200:1m')
---- config
-    location /orders {
-        idempotency main;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-        add_header X-Tier $idempotency_tier always;
-    }
+--- config eval
+IdemTest::orders_location(add_header => 'X-Idem X-Tier')
 --- init
 my $r = http_req(key => 't200-6', body => 'x');
 is($r->{status}, 201, 'executed');
@@ -241,15 +211,9 @@ reconfiguring
 === TEST 7: an entry is never served past the key's retention
 --- http_config eval
 TierTest::tier_stores(main => 'cache=idem_t200:1m query_timeout=300ms')
---- config
-    location /orders {
-        idempotency main;
-        idempotency_ttl 3s;
-        idempotency_lease 1s;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-        add_header X-Tier $idempotency_tier always;
-    }
+--- config eval
+IdemTest::orders_location(idempotency_ttl => '3s', idempotency_lease => '1s',
+    add_header => 'X-Idem X-Tier')
 --- init
 my $r = http_req(key => 't200-7', body => 'x');
 is($r->{status}, 201, 'executed');
@@ -275,13 +239,8 @@ X-Tier: mysql
 === TEST 8: a full zone evicts the least recently used entry, not the oldest; requests never fail
 --- http_config eval
 TierTest::tier_stores(main => 'cache=idem_t200s:32k')
---- config
-    location /orders {
-        idempotency main;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-        add_header X-Tier $idempotency_tier always;
-    }
+--- config eval
+IdemTest::orders_location(add_header => 'X-Idem X-Tier')
 --- init
 # the zone holds only a few of these entries; "old" goes in first and
 # is used again before every newer entry is stored, so the least
@@ -332,14 +291,9 @@ X-Tier: shm
 === TEST 9: an in-flight key is never cached
 --- http_config eval
 TierTest::tier_stores(main => 'cache=idem_t200:1m')
---- config
-    location /orders {
-        idempotency main;
-        idempotency_lease 6s;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-        add_header X-Tier $idempotency_tier always;
-    }
+--- config eval
+IdemTest::orders_location(idempotency_lease => '6s',
+    add_header => 'X-Idem X-Tier')
 --- init
 bg_request('POST', '/orders?delay=1500', 't200-9', 'x', 0.5);
 for (1 .. 2) {
@@ -366,15 +320,9 @@ X-Tier: shm
 === TEST 10: a held duplicate is woken by the completion, not by its next poll
 --- http_config eval
 TierTest::tier_stores(main => 'cache=idem_t200:1m')
---- config
-    location /orders {
-        idempotency main;
-        idempotency_wait 5s;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-        add_header X-Tier $idempotency_tier always;
-    }
-    location = /count { proxy_pass http://backend/__count; }
+--- config eval
+IdemTest::orders_location(idempotency_wait => '5s',
+    add_header => 'X-Idem X-Tier', count => 1)
 --- init
 # the owner answers 1.1 s after it started; the duplicate, held from
 # 0.3 s, polls MySQL at +25, 75, 175, 375, 775 and 1275 ms: a poll would
@@ -407,14 +355,9 @@ qr/key "t200-10" found in the cache zone/
 === TEST 11: fingerprints off: replayed from the zone, whatever the body
 --- http_config eval
 TierTest::tier_stores(main => 'cache=idem_t200:1m')
---- config
-    location /orders {
-        idempotency main;
-        idempotency_fingerprint off;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-        add_header X-Tier $idempotency_tier always;
-    }
+--- config eval
+IdemTest::orders_location(idempotency_fingerprint => 'off',
+    add_header => 'X-Idem X-Tier')
 --- init
 is(http_req(key => 't200-11', body => 'one body')->{status}, 201, 'executed');
 Time::HiRes::sleep(0.2);

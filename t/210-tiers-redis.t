@@ -52,14 +52,8 @@ __DATA__
 --- http_config eval
 TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}",
                       plain => '')
---- config
-    location /orders {
-        if ($http_x_via = plain) { rewrite ^ /plain$uri last; }
-        idempotency main;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-        add_header X-Tier $idempotency_tier always;
-    }
+--- config eval
+IdemTest::orders_location(via => 'plain', add_header => 'X-Idem X-Tier') . q{
     location /plain/ {
         internal;
         idempotency plain;
@@ -67,6 +61,7 @@ TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}",
         add_header X-Idem $idempotency_status always;
         add_header X-Tier $idempotency_tier always;
     }
+}
 --- init
 my %q = (key => 't210-1', uri => '/orders?cookies=2', body => 'x');
 my $r = http_req(%q);
@@ -102,13 +97,9 @@ idempotency: key "t210-1" found in redis
 === TEST 2: a large response (many times hiredis' 16 KiB read) comes back whole
 --- http_config eval
 TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}")
---- config
-    location /orders {
-        idempotency main;
-        idempotency_max_response_size 2m;
-        proxy_pass http://backend;
-        add_header X-Tier $idempotency_tier always;
-    }
+--- config eval
+IdemTest::orders_location(idempotency_max_response_size => '2m',
+    add_header => 'X-Tier')
 --- init
 my $r = http_req(key => 't210-2', uri => '/orders?size=500000', body => 'x');
 is($r->{status}, 201, 'executed');
@@ -134,13 +125,8 @@ my $p = CORE::join('', map { chr($_ % 251) } 0 .. 250); substr($p x 2000, 0, 500
 === TEST 3: the fingerprint is checked against the Redis entry: 422
 --- http_config eval
 TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}")
---- config
-    location /orders {
-        idempotency main;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-        add_header X-Tier $idempotency_tier always;
-    }
+--- config eval
+IdemTest::orders_location(add_header => 'X-Idem X-Tier')
 --- init
 is(http_req(key => 't210-3', body => 'first')->{status}, 201, 'executed');
 Time::HiRes::sleep(0.2);
@@ -162,13 +148,8 @@ Idempotency-Key: t210-3
 === TEST 4: the completion writes Redis with the retention left as TTL
 --- http_config eval
 TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}")
---- config
-    location /orders {
-        idempotency main;
-        idempotency_ttl 1h;
-        proxy_pass http://backend;
-        add_header X-Tier $idempotency_tier always;
-    }
+--- config eval
+IdemTest::orders_location(idempotency_ttl => '1h', add_header => 'X-Tier')
 --- init
 is(http_req(key => 't210-4', body => 'x')->{status}, 201, 'executed');
 Time::HiRes::sleep(0.2);
@@ -193,21 +174,16 @@ X-Tier: redis
 --- http_config eval
 TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}",
                       plain => '')
---- config
-    location /orders {
-        if ($http_x_via = plain) { rewrite ^ /plain$uri last; }
-        idempotency main;
-        idempotency_ttl 1h;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-        add_header X-Tier $idempotency_tier always;
-    }
+--- config eval
+IdemTest::orders_location(via => 'plain', idempotency_ttl => '1h',
+    add_header => 'X-Idem X-Tier') . q{
     location /plain/ {
         internal;
         idempotency plain;
         idempotency_ttl 1h;
         proxy_pass http://backend/;
     }
+}
 --- init
 is(http_req(key => 't210-5', body => 'x', headers => ['X-Via: plain'])->{status},
    201, 'executed through the store without tiers');
@@ -239,13 +215,8 @@ X-Tier: redis
 === TEST 6: an entry in Redis is replayed without asking MySQL
 --- http_config eval
 TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}")
---- config
-    location /orders {
-        idempotency main;
-        proxy_pass http://backend;
-        add_header X-Tier $idempotency_tier always;
-    }
-    location = /count { proxy_pass http://backend/__count; }
+--- config eval
+IdemTest::orders_location(add_header => 'X-Tier', count => 1)
 --- init
 # no row in MySQL, no execution upstream: only Redis knows this key
 my $rec = IdemTest::record(202, [['Content-Type', 'text/plain'],
@@ -275,13 +246,8 @@ redis_cmd($ENV{TEST_NGINX_REDIS_PORT}, 'SET', redis_key('main', '', 't210-6'),
 === TEST 7: a value that is not the module's own entry for the key is never replayed: a miss, MySQL answers, one line a minute
 --- http_config eval
 TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}")
---- config
-    location /orders {
-        idempotency main;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-        add_header X-Tier $idempotency_tier always;
-    }
+--- config eval
+IdemTest::orders_location(add_header => 'X-Idem X-Tier')
 --- init
 my $port = $ENV{TEST_NGINX_REDIS_PORT};
 my $key = redis_key('main', '', 't210-7');
@@ -378,14 +344,9 @@ an entry of another format version
 === TEST 8: an in-flight key is never written to Redis
 --- http_config eval
 TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}")
---- config
-    location /orders {
-        idempotency main;
-        idempotency_lease 6s;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-        add_header X-Tier $idempotency_tier always;
-    }
+--- config eval
+IdemTest::orders_location(idempotency_lease => '6s',
+    add_header => 'X-Idem X-Tier')
 --- init
 my $key = redis_key('main', '', 't210-8');
 bg_request('POST', '/orders?delay=1500', 't210-8', 'x', 0.5);
@@ -415,12 +376,8 @@ X-Tier: redis
 --- http_config eval
 TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT} "
                               . "cache=idem_t210:1m")
---- config
-    location /orders {
-        idempotency main;
-        proxy_pass http://backend;
-        add_header X-Tier $idempotency_tier always;
-    }
+--- config eval
+IdemTest::orders_location(add_header => 'X-Tier')
 --- init
 my $rec = IdemTest::record(200, [['Content-Type', 'text/plain']], "seeded\n");
 redis_cmd($ENV{TEST_NGINX_REDIS_PORT}, 'SET', redis_key('main', '', 't210-9'),
@@ -446,16 +403,9 @@ Idempotency-Key: t210-9
 --- http_config eval
 TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}",
                       plain => '')
---- config
-    location /orders {
-        if ($http_x_via = plain) { rewrite ^ /plain$uri last; }
-        if ($http_x_via = strict) { rewrite ^ /strict$uri last; }
-        idempotency main;
-        idempotency_fingerprint off;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-        add_header X-Tier $idempotency_tier always;
-    }
+--- config eval
+IdemTest::orders_location(via => 'plain strict',
+    idempotency_fingerprint => 'off', add_header => 'X-Idem X-Tier') . q{
     location /plain/ {
         internal;
         idempotency plain;
@@ -468,6 +418,7 @@ TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}",
         add_header X-Idem $idempotency_status always;
         add_header X-Tier $idempotency_tier always;
     }
+}
 --- init
 # executed with fingerprints compared: the row holds the real one
 is(http_req(key => 't210-fp', body => 'x', headers => ['X-Via: plain'])->{status},
@@ -498,17 +449,14 @@ TierTest::tier_stores(
     main => "redis=unix:$ENV{TEST_NGINX_REDIS_SOCKET}",
     auth => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS2_PORT} "
             . "redis_password=t210-pass redis_db=3")
---- config
-    location /orders {
-        idempotency main;
-        proxy_pass http://backend;
-        add_header X-Tier $idempotency_tier always;
-    }
+--- config eval
+IdemTest::orders_location(add_header => 'X-Tier') . q{
     location /auth/ {
         idempotency auth;
         proxy_pass http://backend/;
         add_header X-Tier $idempotency_tier always;
     }
+}
 --- init
 is(http_req(key => 't210-10', body => 'x')->{status}, 201, 'unix: executed');
 is(http_req(key => 't210-10a', uri => '/auth/x', body => 'x')->{status}, 201,
@@ -536,13 +484,8 @@ is($in0[1], 0, 'not in database 0');
 --- http_config eval
 TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_DOWN_PORT} "
                               . "redis_timeout=$ENV{TEST_NGINX_REDIS_TIMEOUT_MS}ms")
---- config
-    location /orders {
-        idempotency main;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-        add_header X-Tier $idempotency_tier always;
-    }
+--- config eval
+IdemTest::orders_location(add_header => 'X-Idem X-Tier')
 --- init
 is(http_req(key => 't210-11', body => 'x')->{status}, 201, 'executed');
 for (1 .. 4) {
@@ -570,13 +513,8 @@ qr/\A[^\n]*connect failed\n\z/
 --- http_config eval
 TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS2_PORT} "
                               . "redis_password=t210-pass redis_timeout=$ENV{TEST_NGINX_REDIS_TIMEOUT_MS}ms")
---- config
-    location /orders {
-        idempotency main;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-        add_header X-Tier $idempotency_tier always;
-    }
+--- config eval
+IdemTest::orders_location(add_header => 'X-Idem X-Tier')
 --- init
 my $port = $ENV{TEST_NGINX_REDIS2_PORT};
 is(http_req(key => 't210-12', body => 'x')->{status}, 201, 'executed');
@@ -611,12 +549,8 @@ qr/\A[^\n]*lookup timed out: $ENV{TEST_NGINX_REDIS_TIMEOUT_MS} ms\n\z/
 --- http_config eval
 TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS2_PORT} "
                               . "redis_password=t210-pass redis_timeout=$ENV{TEST_NGINX_REDIS_TIMEOUT_MS}ms")
---- config
-    location /orders {
-        idempotency main;
-        proxy_pass http://backend;
-        add_header X-Tier $idempotency_tier always;
-    }
+--- config eval
+IdemTest::orders_location(add_header => 'X-Tier')
 --- init
 my $port = $ENV{TEST_NGINX_REDIS2_PORT};
 redis_signal($port, 'CONT');
@@ -647,12 +581,8 @@ qr/\[notice\].*redis=127\.0\.0\.1:\d+: reachable again/
 --- http_config eval
 TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS2_PORT} "
                               . "redis_password=t210-pass redis_timeout=$ENV{TEST_NGINX_REDIS_TIMEOUT_MS}ms")
---- config
-    location /orders {
-        idempotency main;
-        proxy_pass http://backend;
-        add_header X-Tier $idempotency_tier always;
-    }
+--- config eval
+IdemTest::orders_location(add_header => 'X-Tier')
 --- init
 my $port = $ENV{TEST_NGINX_REDIS2_PORT};
 redis_signal($port, 'CONT');
@@ -688,12 +618,8 @@ qr/\A[^\n]*: connect failed: Connection refused; replays are looked up in MySQL\
 --- http_config eval
 TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS2_PORT} "
                               . "redis_password=not-the-one redis_timeout=$ENV{TEST_NGINX_REDIS_TIMEOUT_MS}ms")
---- config
-    location /orders {
-        idempotency main;
-        proxy_pass http://backend;
-        add_header X-Tier $idempotency_tier always;
-    }
+--- config eval
+IdemTest::orders_location(add_header => 'X-Tier')
 --- init
 is(http_req(key => 't210-15', body => 'x')->{status}, 201, 'executed');
 for (1 .. 3) {
@@ -721,12 +647,8 @@ not-the-one
 --- http_config eval
 TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS2_PORT} "
                               . "redis_password=t210-pass redis_timeout=$ENV{TEST_NGINX_REDIS_TIMEOUT_MS}ms")
---- config
-    location /orders {
-        idempotency main;
-        proxy_pass http://backend;
-        add_header X-Tier $idempotency_tier always;
-    }
+--- config eval
+IdemTest::orders_location(add_header => 'X-Tier')
 --- init
 my $port = $ENV{TEST_NGINX_REDIS2_PORT};
 is(http_req(key => 't210-16', body => 'x')->{status}, 201, 'executed');
@@ -804,12 +726,8 @@ TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}"
 --- user_files
 >>> old.secret
 t210-old-secret-0123456789
---- config
-    location /orders {
-        idempotency main;
-        proxy_pass http://backend;
-        add_header X-Tier $idempotency_tier always;
-    }
+--- config eval
+IdemTest::orders_location(add_header => 'X-Tier')
 --- init
 my $port = $ENV{TEST_NGINX_REDIS_PORT};
 my $fp = fingerprint('POST', '/orders', 'x');
@@ -859,12 +777,8 @@ X-Tier: redis
 --- http_config eval
 TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}"
                               . " redis_max_entry=4k")
---- config
-    location /orders {
-        idempotency main;
-        proxy_pass http://backend;
-        add_header X-Tier $idempotency_tier always;
-    }
+--- config eval
+IdemTest::orders_location(add_header => 'X-Tier')
 --- init
 my $port = $ENV{TEST_NGINX_REDIS_PORT};
 my $rec = IdemTest::record(202, [], 'x' x 8000);

@@ -35,14 +35,8 @@ add_block_preprocessor(sub {
     my $block = shift;
 
     if (!defined $block->config) {
-        $block->set_value('config', <<'CONF');
-    location /orders {
-        idempotency main;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-    }
-    location = /count { proxy_pass http://backend/__count; }
-CONF
+        $block->set_value('config',
+                          orders_location(add_header => 'X-Idem', count => 1));
     }
 });
 

@@ -22,13 +22,10 @@ __DATA__
 === TEST 1: requests by status, replays by tier, store operations, promtool
 --- http_config eval
 TierTest::tier_stores(main => '')
---- config
-    location /orders {
-        idempotency main;
-        idempotency_wait 5s;
-        proxy_pass http://backend;
-    }
+--- config eval
+IdemTest::orders_location(idempotency_wait => '5s') . q{
     location = /metrics { idempotency_metrics; }
+}
 --- init
 my $m0 = main::scrape();
 my $new0 = main::metric($m0, 'nginx_idempotency_requests_total',

@@ -34,25 +34,22 @@ __DATA__
 --- http_config eval
 TierTest::tier_stores(main => 'secret=t340-secret-0123456789abcdef',
                       other => 'secret=t340-other-secret-0123456789')
---- config
+--- config eval
+IdemTest::orders_location(idempotency_keys => 'issued',
+    add_header => 'X-Idem') . q{
     location = /keys { idempotency main; idempotency_key_issuer 1h; }
     location = /other-keys {
         idempotency other;
         idempotency_key_issuer;
     }
     location = /short-keys { idempotency main; idempotency_key_issuer 1s; }
-    location /orders {
-        idempotency main;
-        idempotency_keys issued;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-    }
     location /open {
         idempotency main;
         proxy_pass http://backend;
     }
     location = /metrics { idempotency_metrics; }
     location = /count { proxy_pass http://backend/__count; }
+}
 --- init
 my ($key, $r) = main::issue();
 like($key, qr/^ik1\.[A-Za-z0-9_-]{32}\.[A-Za-z0-9_-]{43}$/, 'a key: ik1.<24 bytes>.<tag>');
@@ -110,14 +107,11 @@ GET /count
 TierTest::tier_stores(old => 'secret=t340-old-secret-0123456789abc',
                       new => 'secret=t340-new-secret-0123456789abc'
                              . ' secret=t340-old-secret-0123456789abc')
---- config
+--- config eval
+IdemTest::orders_location(idempotency => 'new', idempotency_keys => 'issued',
+    add_header => 'X-Idem') . q{
     location = /old-keys { idempotency old; idempotency_key_issuer; }
-    location /orders {
-        idempotency new;
-        idempotency_keys issued;
-        proxy_pass http://backend;
-        add_header X-Idem $idempotency_status always;
-    }
+}
 --- init
 my ($key) = main::issue('/old-keys');
 my $r = http_req(key => $key, body => 'x');

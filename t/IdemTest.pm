@@ -1,7 +1,8 @@
 package IdemTest;
 
 # Shared set-up for the module's Test::Nginx suite: the store and backend
-# configuration every block gets, and helpers that read or seed the real
+# configuration every block gets, the protected location most blocks test
+# (orders_location), and helpers that read or seed the real
 # MariaDB table the way the module does (same hash framing as
 # ngx_http_idempotency_key.c).
 
@@ -17,7 +18,7 @@ use lib dirname(__FILE__) . '/stress';
 use IdemStress ();
 
 our @EXPORT = qw(key_hash_hex fingerprint sql sql_at sql_root bg_request
-                 store_config port record tcp_proxy shard_of);
+                 store_config orders_location port record tcp_proxy shard_of);
 
 for my $v (qw(MYSQL_PORT MYSQL_USER MYSQL_PASSWORD MYSQL_DB BACKEND_PORT)) {
     die "TEST_NGINX_$v is not set: run the suite with 'make test'\n"
@@ -33,6 +34,56 @@ sub store_config {
          . " password=\$TEST_NGINX_MYSQL_PASSWORD"
          . " database=\$TEST_NGINX_MYSQL_DB $extra;\n"
          . "upstream backend { server 127.0.0.1:\$TEST_NGINX_BACKEND_PORT; }\n";
+}
+
+# The protected location most blocks test, for a "--- config eval":
+#
+#   IdemTest::orders_location()
+#
+# is location /orders { idempotency main; proxy_pass http://backend; }.
+# Its options, in the location in this order:
+#
+#   via => 'plain ...'      for each name, a first line
+#                           if ($http_x_via = plain) { rewrite ^ /plain$uri last; }
+#   idempotency => NAME     the store [main]
+#   idempotency_X => VALUE  "idempotency_X VALUE;", in the order given
+#   proxy_pass => URL       [http://backend]
+#   DIRECTIVE => VALUE      any other directive, "DIRECTIVE VALUE;", in the
+#                           order given (proxy_buffering => 'off')
+#   add_header => 'X-Idem X-Tier X-Key'
+#                           "add_header NAME $idempotency_status always;"
+#                           ($idempotency_tier, $idempotency_key)
+#
+# and count => 1 adds location = /count (the backend's count of the
+# executions of ?key=).  More locations: IdemTest::orders_location(...) . q{...}
+my %SHOWN = ('X-Idem' => 'status', 'X-Tier' => 'tier', 'X-Key' => 'key');
+
+sub orders_location {
+    my (@o) = @_;
+    my (@via, @idem, @other, @headers, $count);
+    my ($store, $pass) = ('main', 'http://backend');
+
+    while (my ($k, $v) = splice @o, 0, 2) {
+        if ($k eq 'via') { push @via, split ' ', $v }
+        elsif ($k eq 'count') { $count = $v }
+        elsif ($k eq 'idempotency') { $store = $v }
+        elsif ($k eq 'proxy_pass') { $pass = $v }
+        elsif ($k eq 'add_header') { push @headers, split ' ', $v }
+        elsif ($k =~ /^idempotency_/) { push @idem, "$k $v;" }
+        else { push @other, "$k $v;" }
+    }
+
+    my @lines = ((map { "if (\$http_x_via = $_) { rewrite ^ /$_\$uri last; }" }
+                  @via),
+                 "idempotency $store;", @idem, "proxy_pass $pass;", @other,
+                 map { "add_header $_ \$idempotency_"
+                       . ($SHOWN{$_} // die "orders_location: no header $_\n")
+                       . " always;" } @headers);
+
+    return "    location /orders {\n" . join('', map { "        $_\n" } @lines)
+         . "    }\n"
+         . ($count ? "    location = /count { proxy_pass http://backend/__count; }\n"
+                   : '');
 }
 
 # every block gets the store and the backend unless it brings its own; an

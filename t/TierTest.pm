@@ -3,7 +3,8 @@ package TierTest;
 # Helpers for the replay tier tests (t/200-tiers-shm.t, t/210-tiers-redis.t):
 # a raw HTTP client that keeps the response byte for byte, a minimal Redis
 # client (RESP, binary safe), private redis-server instances a test can
-# stop, hang (SIGSTOP) and restart, and the configuration of the stores.
+# stop, hang (SIGSTOP) and restart (scripts/services.sh starts and stops
+# them), and the configuration of the stores.
 
 use strict;
 use warnings;
@@ -202,41 +203,33 @@ sub free_port {
 my %redis;     # port => { pid, dir }
 my $owner = $$; # forked children must not stop the servers on exit
 
-# a private redis-server on $port (extra options as a list); returns its
-# pid once it answers
+# scripts/services.sh redis COMMAND for the server on $port; its output
+sub redis_services {
+    my ($cmd, $port, @opts) = @_;
+
+    my @cmd = ("$IdemStress::ROOT/scripts/services.sh", 'redis', $cmd,
+               $redis{$port}{dir}, '--port', $port, '--', @opts);
+
+    open my $fh, '-|', @cmd or die "services.sh: $!\n";
+    my $out = do { local $/; <$fh> } // '';
+    close $fh or die "services.sh redis $cmd failed ($?): $out\n";
+    return $out;
+}
+
+# a private redis-server on $port (extra options as a list), started by
+# scripts/services.sh; returns its pid once it answers
 sub start_redis {
     my ($port, @opts) = @_;
 
-    my $dir = $redis{$port} ? $redis{$port}{dir}
-                            : File::Temp::tempdir('idem-redis-XXXXXX',
-                                                  TMPDIR => 1, CLEANUP => 1);
-    my @cmd = ('redis-server', '--port', $port, '--bind', '127.0.0.1',
-               '--save', '', '--appendonly', 'no', '--daemonize', 'yes',
-               '--pidfile', "$dir/redis.pid", '--logfile', "$dir/redis.log",
-               '--dir', $dir, @opts);
+    $redis{$port}{dir} //= File::Temp::tempdir('idem-redis-XXXXXX',
+                                               TMPDIR => 1, CLEANUP => 1);
 
-    unlink "$dir/redis.pid";
-    system(@cmd) == 0 or die "start_redis: @cmd failed\n";
+    my $out = redis_services('start', $port, @opts);
+    $out =~ /\(pid (\d+)/ or die "start_redis: no pid in: $out\n";
+    $redis{$port}{pid} = $1;
+    $redis{$port}{opts} = \@opts;
 
-    my $pass;
-    for (my $i = 0; $i < @opts; $i++) {
-        $pass = $opts[$i + 1] if $opts[$i] eq '--requirepass';
-    }
-
-    for (1 .. 100) {
-        my $pong = eval {
-            redis_cmd($port, $pass ? (['AUTH', $pass], ['PING']) : ('PING'))
-        };
-        if (defined $pong && $pong eq 'PONG' && -s "$dir/redis.pid") {
-            open my $fh, '<', "$dir/redis.pid" or die;
-            chomp(my $pid = <$fh>);
-            $redis{$port} = { pid => $pid, dir => $dir, opts => \@opts };
-            return $pid;
-        }
-        Time::HiRes::sleep(0.05);
-    }
-
-    die "start_redis: no answer on port $port\n";
+    return $1;
 }
 
 sub redis_signal {
@@ -245,19 +238,12 @@ sub redis_signal {
     kill $sig, $r->{pid};
 }
 
+# SIGCONT (it may be frozen), then a shutdown
 sub stop_redis {
     my ($port) = @_;
     my $r = $redis{$port} or return;
 
-    kill 'CONT', $r->{pid};
-    kill 'TERM', $r->{pid};
-
-    for (1 .. 100) {
-        last unless kill 0, $r->{pid};
-        Time::HiRes::sleep(0.05);
-    }
-
-    kill 'KILL', $r->{pid} if kill 0, $r->{pid};
+    redis_services('stop', $port, @{ $r->{opts} || [] });
     delete $r->{pid};
 }
 
@@ -265,7 +251,7 @@ END {
     return unless $$ == $owner;
 
     for my $port (keys %redis) {
-        stop_redis($port) if $redis{$port}{pid};
+        eval { stop_redis($port); 1 } or warn $@ if $redis{$port}{pid};
     }
 }
 

@@ -945,13 +945,15 @@ sub check_master {
 
 package IdemStress::DB;
 
-use File::Path qw(make_path remove_tree);
+use File::Basename qw(basename);
 use Time::HiRes qw(time sleep);
 
 # A second private MariaDB, only for fault injection, so that stopping,
 # freezing or killing its connections never disturbs the suite's server.
 # name (faultdb) and port (19306) make another one; args are more server
-# options (a server with hostile defaults).
+# options (a server with hostile defaults, TLS).  scripts/services.sh
+# (`services.sh mysql`) starts, provisions and stops it; this package
+# freezes, thaws and kills it through the pid that script reports.
 sub new {
     my ($class, %o) = @_;
 
@@ -964,12 +966,10 @@ sub new {
         db => 'idempotency', %o,
     }, $class;
 
-    for my $b (qw(mariadbd mariadb mariadb-admin mariadb-install-db)) {
-        my ($path) = grep { -x } map { "$_/$b" }
-                     split(/:/, $ENV{PATH} // ''), '/usr/sbin', '/usr/bin';
-        die "$b not found\n" unless $path;
-        $self->{bin}{$b} = $path;
-    }
+    my ($path) = grep { -x } map { "$_/mariadb" }
+                 split(/:/, $ENV{PATH} // ''), '/usr/sbin', '/usr/bin';
+    die "mariadb not found\n" unless $path;
+    $self->{bin}{mariadb} = $path;
 
     return $self;
 }
@@ -980,90 +980,38 @@ sub pid {
     return $p && IdemStress::proc_alive($p) ? $p : undef;
 }
 
-sub ping {
-    my ($self) = @_;
-    return system("$self->{bin}{'mariadb-admin'} --no-defaults"
-                  . " --protocol=socket --socket=$self->{sock} -uroot"
-                  . " --connect-timeout=2 ping >/dev/null 2>&1") == 0;
+# scripts/services.sh mysql COMMAND on this instance, more arguments
+# before "--"; returns its output, dies when it fails
+sub services {
+    my ($self, $cmd, @more) = @_;
+
+    my @cmd = ("$IdemStress::ROOT/scripts/services.sh", 'mysql', $cmd,
+               $self->{dir}, '--name', basename($self->{dir}),
+               '--port', $self->{port},
+               '--data', $self->{data}, '--socket', $self->{sock},
+               '--user', $self->{user}, '--password', $self->{password},
+               '--database', $self->{db}, '--timeout', 90, @more,
+               '--', '--innodb-buffer-pool-size=32M',
+               '--innodb-log-file-size=16M', '--max-connections=300',
+               @{ $self->{args} });
+
+    open my $fh, '-|', @cmd or die "services.sh: $!\n";
+    my $out = do { local $/; <$fh> } // '';
+    close $fh or die "services.sh mysql $cmd failed ($?): $out\n";
+    return $out;
 }
 
-# fresh => 1: drop and create the table (a restart keeps it)
+sub ping { return eval { $_[0]->services('status'); 1 } }
+
+# starts it (initializes its data directory the first time, keeps a
+# running one), creates the account and the table; fresh => 1: drop and
+# create the table (a restart keeps it)
 sub start {
     my ($self, %o) = @_;
 
-    $self->{fresh} = $o{fresh};
-    make_path($self->{dir});
+    my $out = $self->services('start', $o{fresh} ? '--fresh' : ());
+    $out =~ /\(pid (\d+)/ or die "services.sh mysql start: no pid in: $out\n";
 
-    if (!-d "$self->{data}/mysql") {
-        remove_tree($self->{data});
-        make_path($self->{data});
-        my $user = getpwuid($>);
-        system("$self->{bin}{'mariadb-install-db'} --no-defaults"
-               . " --datadir=$self->{data} --user=$user"
-               . " --auth-root-authentication-method=normal --skip-test-db"
-               . " --skip-name-resolve >$self->{dir}/install.log 2>&1") == 0
-            or die "mariadb-install-db failed: "
-                   . IdemStress::read_file("$self->{dir}/install.log");
-    }
-
-    if (my $old = $self->pid) {
-        return $self->provision if $self->ping;
-        kill 'KILL', $old;
-        IdemStress::wait_for("old mariadbd to exit", 30,
-                             sub { !IdemStress::proc_alive($old) });
-    }
-
-    unlink $self->{sock}, "$self->{sock}.lock", $self->{pidfile};
-
-    my $user = getpwuid($>);
-    my $pid = fork // die "fork: $!";
-
-    if ($pid == 0) {
-        POSIX::setsid();
-        open STDIN, '<', '/dev/null';
-        open STDOUT, '>>', "$self->{log}.start";
-        open STDERR, '>&', \*STDOUT;
-        { exec $self->{bin}{mariadbd}, '--no-defaults', "--user=$user",
-             "--datadir=$self->{data}", "--socket=$self->{sock}",
-             "--port=$self->{port}", '--bind-address=127.0.0.1',
-             "--pid-file=$self->{pidfile}", "--log-error=$self->{log}",
-             '--skip-name-resolve', '--skip-log-bin',
-             '--innodb-buffer-pool-size=32M', '--innodb-log-file-size=16M',
-             '--innodb-flush-log-at-trx-commit=2', '--max-connections=300',
-             '--character-set-server=utf8mb4', '--default-time-zone=+00:00',
-             @{ $self->{args} } };
-        POSIX::_exit(127);
-    }
-
-    # mariadbd is our child: reap it when it exits so it is not a zombie
-    $self->{child} = $pid;
-
-    IdemStress::wait_for("fault mariadbd to answer", 90, sub {
-        die "fault mariadbd exited at start-up:\n"
-            . IdemStress::read_file($self->{log})
-            if waitpid($pid, POSIX::WNOHANG()) == $pid;
-        return $self->ping;
-    }, 0.2);
-
-    return $self->provision;
-}
-
-sub provision {
-    my ($self) = @_;
-    my ($u, $pw, $db) = @$self{qw(user password db)};
-
-    $self->root_sql(<<"SQL");
-CREATE DATABASE IF NOT EXISTS `$db`;
-CREATE USER IF NOT EXISTS '$u'\@'127.0.0.1' IDENTIFIED BY '$pw';
-CREATE USER IF NOT EXISTS '$u'\@'localhost' IDENTIFIED BY '$pw';
-GRANT SELECT, INSERT, UPDATE, DELETE ON `$db`.* TO '$u'\@'127.0.0.1';
-GRANT SELECT, INSERT, UPDATE, DELETE ON `$db`.* TO '$u'\@'localhost';
-FLUSH PRIVILEGES;
-SQL
-    my $schema = IdemStress::read_file("$IdemStress::ROOT/mysql/schema.sql");
-    $self->root_sql("DROP TABLE IF EXISTS idempotency_keys", $db)
-        if $self->{fresh};
-    $self->root_sql($schema, $db);
     return $self;
 }
 
@@ -1094,25 +1042,11 @@ sub module_conns {
     return [ map { [ split /\t/ ] } grep { length } split /\n/, $out ];
 }
 
+# a clean shutdown (a frozen server is thawed first)
 sub stop {
     my ($self) = @_;
-
-    my $pid = $self->pid or return;
-    kill 'CONT', $pid;
-    system($self->{bin}{'mariadb-admin'}, '--no-defaults', '--protocol=socket',
-           "--socket=$self->{sock}", '-uroot', '--connect-timeout=5',
-           'shutdown') == 0
-        or kill 'TERM', $pid;
-
-    eval { IdemStress::wait_for("fault mariadbd to stop", 60, sub {
-        waitpid($pid, POSIX::WNOHANG()) if $self->{child};
-        !IdemStress::proc_alive($pid);
-    }, 0.1) };
-
-    if (IdemStress::proc_alive($pid)) {
-        kill 'KILL', $pid;
-        waitpid($pid, 0) if $self->{child};
-    }
+    return unless $self->pid;
+    eval { $self->services('stop'); 1 } or warn $@;
 }
 
 # SIGKILL: a crash, InnoDB recovers at the next start
@@ -1120,10 +1054,8 @@ sub crash {
     my ($self) = @_;
     my $pid = $self->pid or return;
     kill 'KILL', $pid;
-    IdemStress::wait_for("fault mariadbd to die", 30, sub {
-        waitpid($pid, POSIX::WNOHANG()) if $self->{child};
-        !IdemStress::proc_alive($pid);
-    }, 0.05);
+    IdemStress::wait_for("fault mariadbd to die", 30,
+                         sub { !IdemStress::proc_alive($pid) }, 0.05);
 }
 
 sub freeze { my $p = $_[0]->pid or die "no mariadbd\n"; kill 'STOP', $p }
