@@ -20,10 +20,12 @@
 
 #include "ngx_http_idempotency_metrics.h"
 #include "ngx_http_idempotency_complete.h"
+#include "ngx_http_idempotency_claim.h"
 #include "ngx_http_idempotency_filter.h"
 #include "ngx_http_idempotency_lease.h"
 #include "ngx_http_idempotency_sql.h"
 #include "ngx_http_idempotency_tier.h"
+#include "ngx_http_idempotency_hold.h"
 
 
 /* completion writes are retried this long, at least twice the lease */
@@ -451,7 +453,7 @@ ngx_http_idempotency_job_tiers(ngx_http_idempotency_job_t *job)
                                       + job->body_len);
     }
 
-    ngx_http_idempotency_tier_wake(job->store, job->key_hash);
+    ngx_http_idempotency_hold_wake(job->store, job->key_hash);
 }
 
 

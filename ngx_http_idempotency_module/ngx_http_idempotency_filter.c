@@ -17,7 +17,7 @@
 
 
 #include "ngx_http_idempotency_filter.h"
-#include "ngx_http_idempotency_handler.h"
+#include "ngx_http_idempotency_claim.h"
 #include "ngx_http_idempotency_complete.h"
 
 

@@ -1,8 +1,8 @@
 
 /*
- * ngx_http_idempotency_module: the precontent phase handler (claim,
- * verdict, replay) and the per-request context it shares with the
- * capture filter.
+ * ngx_http_idempotency_module: the precontent phase handler and the
+ * per-request context that claim.c, hold.c, tier.c, the capture filter
+ * and the completion share.
  */
 
 
@@ -19,12 +19,12 @@
 #include "ngx_http_idempotency_key.h"
 
 
-/* ctx->phase */
-#define NGX_HTTP_IDEMPOTENCY_PH_BODY      1   /* reading the request body */
-#define NGX_HTTP_IDEMPOTENCY_PH_CLAIM     2   /* claim or poll in flight */
-#define NGX_HTTP_IDEMPOTENCY_PH_WAIT      3   /* held duplicate, timer */
-#define NGX_HTTP_IDEMPOTENCY_PH_RESOLVED  4   /* outcome known */
-#define NGX_HTTP_IDEMPOTENCY_PH_PASSED    5   /* handled; never again */
+/* ctx->state: where the request is on its way to a decision */
+#define NGX_HTTP_IDEMPOTENCY_S_BODY     1   /* reading the request body */
+#define NGX_HTTP_IDEMPOTENCY_S_STORE    2   /* a tier or MySQL is asked */
+#define NGX_HTTP_IDEMPOTENCY_S_HELD     3   /* held duplicate (hold.c) */
+#define NGX_HTTP_IDEMPOTENCY_S_DECIDED  4   /* outcome known */
+#define NGX_HTTP_IDEMPOTENCY_S_DONE     5   /* handled; never again */
 
 /* the hex digits of the key hash that name a key in the error log */
 #define NGX_HTTP_IDEMPOTENCY_KEY_ID_LEN   8
@@ -36,7 +36,17 @@
 #define NGX_HTTP_IDEMPOTENCY_OUT_ERROR    3   /* 500 */
 
 
-typedef struct {
+typedef struct ngx_http_idempotency_ctx_s  ngx_http_idempotency_ctx_t;
+
+/*
+ * Where a tier lookup or a hold goes on when it ends: rc NGX_OK, a tier
+ * has the response (ctx->entry); NGX_DECLINED, MySQL is to be asked.
+ */
+typedef void (*ngx_http_idempotency_next_pt)(ngx_http_idempotency_ctx_t *ctx,
+    ngx_int_t rc);
+
+
+struct ngx_http_idempotency_ctx_s {
     ngx_http_request_t                *request;
     ngx_http_idempotency_loc_conf_t   *conf;
     ngx_http_idempotency_shard_t      *shard;
@@ -44,7 +54,7 @@ typedef struct {
     ngx_str_t                          key;
     ngx_str_t                          key_id;     /* for the error log */
     ngx_uint_t                         status;     /* $idempotency_status */
-    ngx_uint_t                         phase;
+    ngx_uint_t                         state;
     ngx_uint_t                         outcome;
     ngx_uint_t                         problem;
     time_t                             retry_after;
@@ -69,6 +79,7 @@ typedef struct {
     time_t                             expires;    /* owner: retention */
     ngx_http_idempotency_redis_op_t   *redis_op;   /* lookup in flight */
     ngx_http_idempotency_entry_t       entry;      /* tier hit */
+    ngx_http_idempotency_next_pt       next;       /* lookup, hold */
     ngx_queue_t                        waiter;     /* held duplicate */
     ngx_msec_t                         poll_at;    /* held: next poll */
 
@@ -94,7 +105,6 @@ typedef struct {
     unsigned                           capturing:1;
     unsigned                           capture_seen:1;
     unsigned                           too_large:1;
-    unsigned                           looked_up:1; /* tiers asked */
     unsigned                           held:1;     /* in the waiter list */
     unsigned                           woken:1;    /* by the owner's end */
     unsigned                           has_token:1;
@@ -103,7 +113,7 @@ typedef struct {
     u_char                key_id_data[NGX_HTTP_IDEMPOTENCY_KEY_ID_LEN];
     u_char                fingerprint[NGX_HTTP_IDEMPOTENCY_HASH_LEN];
     u_char                token[NGX_HTTP_IDEMPOTENCY_TOKEN_LEN];
-} ngx_http_idempotency_ctx_t;
+};
 
 
 ngx_int_t ngx_http_idempotency_handler(ngx_http_request_t *r);
@@ -112,16 +122,21 @@ ngx_int_t ngx_http_idempotency_handler(ngx_http_request_t *r);
 ngx_http_idempotency_ctx_t *ngx_http_idempotency_get_ctx(
     ngx_http_request_t *r);
 
-/* gives the claim up (the key is free for a retry) */
-void ngx_http_idempotency_release(ngx_http_idempotency_ctx_t *ctx,
-    const char *why);
+/* the outcome is known: what the phase handler does when it resumes */
+void ngx_http_idempotency_resolve(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, ngx_uint_t outcome,
+    ngx_uint_t status);
 
-/* the claim is handed to a completion write: stop renewing the lease */
-void ngx_http_idempotency_handed_over(ngx_http_idempotency_ctx_t *ctx);
+/* runs the phases again, from a posted event */
+void ngx_http_idempotency_resume(ngx_http_request_t *r);
 
-/* the Redis lookup ended: rc NGX_OK, ctx->entry holds the response */
-void ngx_http_idempotency_lookup_done(ngx_http_idempotency_ctx_t *ctx,
-    ngx_int_t rc);
+/*
+ * The one home of a replay's memory: the record a replay sends points
+ * into pool, which the request now owns (a cache zone copy, a Redis or
+ * a MySQL op's pool, each handed over by its *_take_pool()).
+ */
+void ngx_http_idempotency_keep_replay(ngx_http_idempotency_ctx_t *ctx,
+    ngx_pool_t *pool);
 
 /* the shard a key hash lives on */
 ngx_http_idempotency_shard_t *ngx_http_idempotency_shard(

@@ -378,6 +378,15 @@ ngx_http_idempotency_mysql_dequeue(ngx_http_idempotency_op_t *op)
 }
 
 
+ngx_pool_t *
+ngx_http_idempotency_op_take_pool(ngx_http_idempotency_op_t *op)
+{
+    op->keep_pool = 1;
+
+    return op->pool;
+}
+
+
 void
 ngx_http_idempotency_op_detach(ngx_http_idempotency_op_t *op)
 {

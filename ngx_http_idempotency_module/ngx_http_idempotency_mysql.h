@@ -57,8 +57,7 @@ struct ngx_http_idempotency_op_s {
     /* the first row; data is NULL for an SQL NULL */
     ngx_str_t                    fields[NGX_HTTP_IDEMPOTENCY_MAX_FIELDS];
 
-    /* set by the handler to keep op->pool (and so fields[]) alive; the
-     * handler then owns it and must destroy it */
+    /* set by ngx_http_idempotency_op_take_pool() */
     unsigned                              keep_pool:1;
 
     /* a lease renewal or a completion: queued ahead of claims and polls
@@ -85,6 +84,12 @@ void ngx_http_idempotency_op_run(ngx_http_idempotency_op_t *op);
 
 /* the requester is gone: the op finishes silently and frees itself */
 void ngx_http_idempotency_op_detach(ngx_http_idempotency_op_t *op);
+
+/*
+ * From the op's handler: the op's pool, with the op and its result
+ * fields in it, now belongs to the caller, who destroys it.
+ */
+ngx_pool_t *ngx_http_idempotency_op_take_pool(ngx_http_idempotency_op_t *op);
 
 typedef struct {
     ngx_uint_t                            up;

@@ -248,6 +248,18 @@ ngx_http_idempotency_redis_detach(ngx_http_idempotency_redis_op_t *op)
 }
 
 
+ngx_pool_t *
+ngx_http_idempotency_redis_take_pool(ngx_http_idempotency_redis_op_t *op)
+{
+    ngx_pool_t  *pool;
+
+    pool = op->pool;
+    op->pool = NULL;
+
+    return pool;
+}
+
+
 ngx_uint_t
 ngx_http_idempotency_redis_up(ngx_http_idempotency_store_t *store)
 {

@@ -85,6 +85,10 @@ ngx_uint_t ngx_http_idempotency_redis_up(ngx_http_idempotency_store_t *store);
 /* the requester is gone: the op ends silently and frees itself */
 void ngx_http_idempotency_redis_detach(ngx_http_idempotency_redis_op_t *op);
 
+/* from the op's handler: its pool (the value) now belongs to the caller */
+ngx_pool_t *ngx_http_idempotency_redis_take_pool(
+    ngx_http_idempotency_redis_op_t *op);
+
 /* worker exit: drop every op and connection */
 void ngx_http_idempotency_redis_exit(ngx_cycle_t *cycle);
 

@@ -19,10 +19,6 @@
 #include "ngx_http_idempotency_redis.h"
 
 
-/* held duplicates of this worker, by the first byte of the key hash */
-#define NGX_HTTP_IDEMPOTENCY_WAITERS  256
-
-
 static ngx_int_t ngx_http_idempotency_tier_shm(
     ngx_http_idempotency_ctx_t *ctx, ngx_uint_t count);
 static void ngx_http_idempotency_tier_redis_done(
@@ -33,19 +29,11 @@ static void ngx_http_idempotency_tier_reject(ngx_http_idempotency_ctx_t *ctx,
     const char *why, size_t len);
 static ngx_uint_t ngx_http_idempotency_tier_usable(
     ngx_http_idempotency_ctx_t *ctx);
-static void ngx_http_idempotency_tier_keep(ngx_http_idempotency_ctx_t *ctx,
-    ngx_pool_t *pool);
-static void ngx_http_idempotency_tier_unhold(
-    ngx_http_idempotency_ctx_t *ctx);
-
-
-static ngx_queue_t  ngx_http_idempotency_waiters[NGX_HTTP_IDEMPOTENCY_WAITERS];
-static ngx_uint_t   ngx_http_idempotency_waiters_ready;
-static ngx_uint_t   ngx_http_idempotency_held_n;
 
 
 ngx_int_t
-ngx_http_idempotency_tier_lookup(ngx_http_idempotency_ctx_t *ctx)
+ngx_http_idempotency_tier_lookup(ngx_http_idempotency_ctx_t *ctx,
+    ngx_http_idempotency_next_pt next)
 {
     ngx_http_idempotency_store_t     *store;
     ngx_http_idempotency_redis_op_t  *op;
@@ -69,6 +57,7 @@ ngx_http_idempotency_tier_lookup(ngx_http_idempotency_ctx_t *ctx)
     op->data = ctx;
 
     ctx->redis_op = op;
+    ctx->next = next;
 
     return NGX_AGAIN;
 }
@@ -122,7 +111,7 @@ ngx_http_idempotency_tier_shm(ngx_http_idempotency_ctx_t *ctx,
         goto miss;
     }
 
-    ngx_http_idempotency_tier_keep(ctx, pool);
+    ngx_http_idempotency_keep_replay(ctx, pool);
     ctx->tier = NGX_HTTP_IDEMPOTENCY_TIER_SHM;
 
     ngx_http_idempotency_count(counters, shm_hits);
@@ -212,7 +201,7 @@ ngx_http_idempotency_tier_redis_done(ngx_http_idempotency_redis_op_t *op)
         break;
     }
 
-    ngx_http_idempotency_lookup_done(ctx, rc);
+    ctx->next(ctx, rc);
 }
 
 
@@ -301,8 +290,8 @@ ngx_http_idempotency_tier_redis_entry(ngx_http_idempotency_ctx_t *ctx,
                                        op->value.data, len);
     }
 
-    ngx_http_idempotency_tier_keep(ctx, op->pool);
-    op->pool = NULL;
+    ngx_http_idempotency_keep_replay(ctx,
+                                     ngx_http_idempotency_redis_take_pool(op));
 
     ctx->tier = NGX_HTTP_IDEMPOTENCY_TIER_REDIS;
 
@@ -370,20 +359,6 @@ ngx_http_idempotency_tier_usable(ngx_http_idempotency_ctx_t *ctx)
                    "fingerprint, asking MySQL", &ctx->key);
 
     return 0;
-}
-
-
-/* the replayed record points into the pool: it lives with the request */
-
-static void
-ngx_http_idempotency_tier_keep(ngx_http_idempotency_ctx_t *ctx,
-    ngx_pool_t *pool)
-{
-    if (ctx->replay_pool) {
-        ngx_destroy_pool(ctx->replay_pool);
-    }
-
-    ctx->replay_pool = pool;
 }
 
 
@@ -484,141 +459,11 @@ ngx_http_idempotency_tier_put(ngx_http_idempotency_store_t *store,
 }
 
 
-ngx_int_t
-ngx_http_idempotency_tier_hold(ngx_http_idempotency_ctx_t *ctx,
-    ngx_msec_t delay)
-{
-    time_t                             now;
-    ngx_uint_t                         i;
-    ngx_http_idempotency_main_conf_t  *imcf;
-
-    static time_t                      logged;
-
-    if (!ngx_http_idempotency_waiters_ready) {
-        for (i = 0; i < NGX_HTTP_IDEMPOTENCY_WAITERS; i++) {
-            ngx_queue_init(&ngx_http_idempotency_waiters[i]);
-        }
-
-        ngx_http_idempotency_waiters_ready = 1;
-    }
-
-    if (!ctx->held) {
-        imcf = ngx_http_get_module_main_conf(ctx->request,
-                                             ngx_http_idempotency_module);
-
-        /* each held duplicate is a connection and a timer: bounded */
-
-        if (ngx_http_idempotency_held_n >= imcf->max_held) {
-            now = ngx_time();
-
-            if (now - logged >= 60) {
-                ngx_log_error(NGX_LOG_WARN, ctx->request->connection->log, 0,
-                              "idempotency: %ui duplicates held, the "
-                              "idempotency_max_held of this worker: more "
-                              "get 409 at once", imcf->max_held);
-                logged = now;
-            }
-
-            ngx_http_idempotency_metric(ctx->conf->store, held_refused);
-
-            return NGX_DECLINED;
-        }
-
-        ngx_queue_insert_tail(&ngx_http_idempotency_waiters[ctx->key_hash[0]],
-                              &ctx->waiter);
-        ctx->held = 1;
-        ngx_http_idempotency_held_n++;
-        ctx->conf->store->held++;
-    }
-
-    ctx->poll_at = ngx_current_msec + delay;
-
-    /* with a cache zone, a completion in another worker shows there */
-
-    if (ctx->conf->store->cache) {
-        delay = ngx_min(delay, NGX_HTTP_IDEMPOTENCY_TIER_PEEK);
-    }
-
-    ngx_add_timer(&ctx->wait_ev, delay);
-
-    return NGX_OK;
-}
-
 
 ngx_int_t
-ngx_http_idempotency_tier_held(ngx_http_idempotency_ctx_t *ctx)
+ngx_http_idempotency_tier_peek(ngx_http_idempotency_ctx_t *ctx)
 {
-    ngx_msec_int_t  left;
-
-    if (ctx->conf->store->cache
-        && ngx_http_idempotency_tier_shm(ctx, 0) == NGX_OK)
-    {
-        ngx_http_idempotency_tier_unhold(ctx);
-        return NGX_OK;
-    }
-
-    left = (ngx_msec_int_t) (ctx->poll_at - ngx_current_msec);
-
-    if (!ctx->woken && left > 0) {
-        ngx_add_timer(&ctx->wait_ev,
-                      ngx_min((ngx_msec_t) left,
-                              NGX_HTTP_IDEMPOTENCY_TIER_PEEK));
-        return NGX_AGAIN;
-    }
-
-    /* time to poll, or woken by the owner's end: MySQL has the verdict */
-
-    ctx->woken = 0;
-    ngx_http_idempotency_tier_unhold(ctx);
-
-    return NGX_DECLINED;
-}
-
-
-void
-ngx_http_idempotency_tier_wake(ngx_http_idempotency_store_t *store,
-    u_char *key_hash)
-{
-    ngx_queue_t                 *head, *q;
-    ngx_http_idempotency_ctx_t  *ctx;
-
-    if (!ngx_http_idempotency_waiters_ready) {
-        return;
-    }
-
-    head = &ngx_http_idempotency_waiters[key_hash[0]];
-
-    /* only posts events: the list does not change while it is walked */
-
-    for (q = ngx_queue_head(head);
-         q != ngx_queue_sentinel(head);
-         q = ngx_queue_next(q))
-    {
-        ctx = ngx_queue_data(q, ngx_http_idempotency_ctx_t, waiter);
-
-        if (ctx->conf->store != store
-            || ctx->phase != NGX_HTTP_IDEMPOTENCY_PH_WAIT
-            || ngx_memcmp(ctx->key_hash, key_hash,
-                          NGX_HTTP_IDEMPOTENCY_HASH_LEN)
-               != 0)
-        {
-            continue;
-        }
-
-        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
-                       "idempotency: held duplicate of key \"%V\" woken",
-                       &ctx->key);
-
-        ctx->woken = 1;
-
-        if (ctx->wait_ev.timer_set) {
-            ngx_del_timer(&ctx->wait_ev);
-        }
-
-        if (!ctx->wait_ev.posted) {
-            ngx_post_event(&ctx->wait_ev, &ngx_posted_events);
-        }
-    }
+    return ngx_http_idempotency_tier_shm(ctx, 0);
 }
 
 
@@ -628,23 +473,5 @@ ngx_http_idempotency_tier_cleanup(ngx_http_idempotency_ctx_t *ctx)
     if (ctx->redis_op) {
         ngx_http_idempotency_redis_detach(ctx->redis_op);
         ctx->redis_op = NULL;
-    }
-
-    ngx_http_idempotency_tier_unhold(ctx);
-
-    if (ctx->wait_ev.posted) {
-        ngx_delete_posted_event(&ctx->wait_ev);
-    }
-}
-
-
-static void
-ngx_http_idempotency_tier_unhold(ngx_http_idempotency_ctx_t *ctx)
-{
-    if (ctx->held) {
-        ngx_queue_remove(&ctx->waiter);
-        ctx->held = 0;
-        ngx_http_idempotency_held_n--;
-        ctx->conf->store->held--;
     }
 }

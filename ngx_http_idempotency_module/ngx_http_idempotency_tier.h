@@ -5,9 +5,7 @@
  * A duplicate is looked up in the store's shared-memory cache, then in
  * Redis, and only then claimed in MySQL, which alone decides claims.
  * The tiers hold completed responses only; they are filled when a
- * completion write succeeds and when MySQL serves a replay.  Held
- * duplicates (idempotency_wait) are woken by a completion in the same
- * worker and look into the cache zone between their polls of MySQL.
+ * completion write succeeds and when MySQL serves a replay.
  */
 
 
@@ -24,17 +22,17 @@
 #define NGX_HTTP_IDEMPOTENCY_TIER_REDIS   2
 #define NGX_HTTP_IDEMPOTENCY_TIER_MYSQL   3
 
-/* how often a held duplicate looks into the cache zone */
-#define NGX_HTTP_IDEMPOTENCY_TIER_PEEK    10
-
-
 /*
- * NGX_OK: the cache zone has a usable entry (ctx->entry, its memory in
- * ctx->replay_pool); NGX_AGAIN: Redis is being asked, and
- * ngx_http_idempotency_lookup_done() is called later; NGX_DECLINED: no
- * tier has the key, ask MySQL.
+ * NGX_OK: the cache zone has a usable entry (ctx->entry, its memory kept
+ * with ngx_http_idempotency_keep_replay()); NGX_AGAIN: Redis is being
+ * asked, and next() is called with NGX_OK (a hit) or NGX_DECLINED;
+ * NGX_DECLINED: no tier has the key, ask MySQL.
  */
-ngx_int_t ngx_http_idempotency_tier_lookup(ngx_http_idempotency_ctx_t *ctx);
+ngx_int_t ngx_http_idempotency_tier_lookup(ngx_http_idempotency_ctx_t *ctx,
+    ngx_http_idempotency_next_pt next);
+
+/* the cache zone alone, not counted as a lookup: for held duplicates */
+ngx_int_t ngx_http_idempotency_tier_peek(ngx_http_idempotency_ctx_t *ctx);
 
 /*
  * A completed response, as the row holds it, into every tier: flags and
@@ -44,25 +42,7 @@ void ngx_http_idempotency_tier_put(ngx_http_idempotency_store_t *store,
     u_char *key_hash, ngx_uint_t flags, u_char *fingerprint, time_t expires,
     ngx_chain_t *record, size_t len);
 
-/*
- * A held duplicate: next poll of MySQL in delay ms; arms ctx->wait_ev.
- * NGX_DECLINED, and nothing armed, when the worker already holds
- * idempotency_max_held others.
- */
-ngx_int_t ngx_http_idempotency_tier_hold(ngx_http_idempotency_ctx_t *ctx,
-    ngx_msec_t delay);
-
-/*
- * ctx->wait_ev fired: NGX_OK: the cache zone has the response now;
- * NGX_AGAIN: not yet, wait_ev is armed again; NGX_DECLINED: poll MySQL.
- */
-ngx_int_t ngx_http_idempotency_tier_held(ngx_http_idempotency_ctx_t *ctx);
-
-/* the key's owner in this worker is done: wake the held duplicates */
-void ngx_http_idempotency_tier_wake(ngx_http_idempotency_store_t *store,
-    u_char *key_hash);
-
-/* the request ends */
+/* the request ends: a Redis lookup in flight is detached */
 void ngx_http_idempotency_tier_cleanup(ngx_http_idempotency_ctx_t *ctx);
 
 

@@ -1,0 +1,784 @@
+
+/*
+ * ngx_http_idempotency_module: from a known key to a verdict.
+ *
+ * The tiers are asked first; decide() is the one place that then chooses
+ * between a tier's response and a claim in MySQL.  The claim is one
+ * round trip; its row gives the verdict: forward (the key is ours),
+ * replay, 410, 422, or a key in progress elsewhere, which is held
+ * (hold.c) and decided again when the hold ends, or gets 409.  A won
+ * claim is held by the request until the completion takes it over
+ * (handed_over) or it is given back (release).
+ */
+
+
+#include <openssl/rand.h>
+
+#include "ngx_http_idempotency_metrics.h"
+#include "ngx_http_idempotency_claim.h"
+#include "ngx_http_idempotency_problem.h"
+#include "ngx_http_idempotency_sql.h"
+#include "ngx_http_idempotency_tier.h"
+#include "ngx_http_idempotency_hold.h"
+#include "ngx_http_idempotency_filter.h"
+
+
+/*
+ * How many claims one request makes: after a 1213 (a lost race at
+ * commit, claimed again after a pause) and after a row that went away
+ * between the claim's INSERT and its SELECT (claimed again at once).
+ */
+#define NGX_HTTP_IDEMPOTENCY_LOST_TRIES   8
+#define NGX_HTTP_IDEMPOTENCY_NOROW_TRIES  8
+
+
+/* what an orphaned claim needs to give the key back */
+typedef struct {
+    ngx_http_idempotency_shard_t  *shard;
+    u_char                         key_hash[NGX_HTTP_IDEMPOTENCY_HASH_LEN];
+    u_char                         token[NGX_HTTP_IDEMPOTENCY_TOKEN_LEN];
+} ngx_http_idempotency_orphan_t;
+
+
+static void ngx_http_idempotency_decide(ngx_http_idempotency_ctx_t *ctx,
+    ngx_int_t rc);
+static void ngx_http_idempotency_claim(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx);
+static ngx_int_t ngx_http_idempotency_token(ngx_http_idempotency_ctx_t *ctx);
+static void ngx_http_idempotency_claim_done(ngx_http_idempotency_op_t *op);
+static ngx_int_t ngx_http_idempotency_claim_lost(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx);
+static void ngx_http_idempotency_reclaim_handler(ngx_event_t *ev);
+static void ngx_http_idempotency_won(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, time_t ttl, ngx_uint_t status);
+static ngx_int_t ngx_http_idempotency_verdict(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op);
+static void ngx_http_idempotency_mysql_replay(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op,
+    ngx_int_t ttl_s);
+static ngx_int_t ngx_http_idempotency_hold_or_conflict(
+    ngx_http_request_t *r, ngx_http_idempotency_ctx_t *ctx);
+static void ngx_http_idempotency_entry_verdict(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx);
+static void ngx_http_idempotency_store_failed(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op);
+static void ngx_http_idempotency_store_failed_held(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, const char *what);
+static void ngx_http_idempotency_release_key(
+    ngx_http_idempotency_shard_t *shard, u_char *key_hash, u_char *token);
+static void ngx_http_idempotency_release_done(ngx_http_idempotency_op_t *op);
+static void ngx_http_idempotency_orphan_done(ngx_http_idempotency_op_t *op);
+static ngx_int_t ngx_http_idempotency_atoi(ngx_str_t *s);
+
+
+/*
+ * The key, and the body's fingerprint, are known: a completed key is
+ * replayed from a tier without MySQL.
+ */
+
+void
+ngx_http_idempotency_lookup(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx)
+{
+    ngx_int_t  rc;
+
+    rc = ngx_http_idempotency_tier_lookup(ctx, ngx_http_idempotency_decide);
+
+    if (rc == NGX_AGAIN) {
+        ctx->state = NGX_HTTP_IDEMPOTENCY_S_STORE;
+
+        /* notice a client that goes away while Redis works */
+        r->read_event_handler = ngx_http_test_reading;
+        return;
+    }
+
+    ngx_http_idempotency_decide(ctx, rc);
+}
+
+
+/*
+ * After the tiers (a lookup, or the end of a held duplicate's wait): the
+ * one place that chooses between a tier's response and MySQL's verdict.
+ */
+
+static void
+ngx_http_idempotency_decide(ngx_http_idempotency_ctx_t *ctx, ngx_int_t rc)
+{
+    ngx_http_request_t  *r;
+
+    r = ctx->request;
+
+    if (rc == NGX_OK) {
+        ngx_http_idempotency_entry_verdict(r, ctx);
+        ngx_http_idempotency_resume(r);
+        return;
+    }
+
+    ngx_http_idempotency_claim(r, ctx);
+}
+
+
+/* one store round trip; claim_done() takes the verdict from there */
+
+static void
+ngx_http_idempotency_claim(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx)
+{
+    ngx_http_idempotency_op_t     *op;
+    ngx_http_idempotency_claim_t   cl;
+
+    op = NULL;
+
+    if (ngx_http_idempotency_token(ctx) == NGX_OK) {
+        cl.key_hash = ctx->key_hash;
+        cl.owner = ctx->token;
+        cl.fingerprint = ctx->conf->fingerprint ? ctx->fingerprint : NULL;
+        cl.lease = ctx->conf->lease;
+        cl.ttl = ctx->conf->ttl;
+
+        op = ngx_http_idempotency_sql_claim(ctx->shard, ngx_cycle->log, &cl);
+    }
+
+    if (op == NULL) {
+        ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_ERROR,
+                                     NGX_HTTP_IDEMPOTENCY_ERROR);
+        ngx_http_idempotency_resume(r);
+        return;
+    }
+
+    op->handler = ngx_http_idempotency_claim_done;
+    op->data = ctx;
+
+    ctx->op = op;
+    ctx->state = NGX_HTTP_IDEMPOTENCY_S_STORE;
+    ctx->tries++;
+    ctx->claimed = ngx_current_msec;
+
+    /* notice a client that goes away while the store works */
+    r->read_event_handler = ngx_http_test_reading;
+
+    ngx_http_idempotency_op_run(op);
+}
+
+
+/*
+ * The owner token, drawn before the request's first claim and kept for
+ * its later ones: a duplicate that a tier answers never claims, and
+ * RAND_bytes() is one of the dearest steps of a replay.
+ */
+
+static ngx_int_t
+ngx_http_idempotency_token(ngx_http_idempotency_ctx_t *ctx)
+{
+    if (ctx->has_token) {
+        return NGX_OK;
+    }
+
+    if (RAND_bytes(ctx->token, NGX_HTTP_IDEMPOTENCY_TOKEN_LEN) != 1) {
+        return NGX_ERROR;
+    }
+
+    ctx->has_token = 1;
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_idempotency_claim_done(ngx_http_idempotency_op_t *op)
+{
+    ngx_http_request_t          *r;
+    ngx_http_idempotency_ctx_t  *ctx;
+
+    ctx = op->data;
+    r = ctx->request;
+
+    ctx->op = NULL;
+
+    if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK
+        && op->nrows == 1
+        && op->nfields >= NGX_HTTP_IDEMPOTENCY_F_COUNT)
+    {
+        if (ngx_http_idempotency_verdict(r, ctx, op) == NGX_AGAIN) {
+            return;
+        }
+
+    } else if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK
+               && op->nrows == 0
+               && op->affected_rows == 1)
+    {
+        /* the INSERT made the row: a new key, and no SELECT was run */
+
+        ctx->tier = NGX_HTTP_IDEMPOTENCY_TIER_MYSQL;
+        ngx_http_idempotency_won(r, ctx, ctx->conf->ttl,
+                                 NGX_HTTP_IDEMPOTENCY_NEW);
+
+    } else if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR
+               && op->err == 1213)
+    {
+        if (ngx_http_idempotency_claim_lost(r, ctx) == NGX_AGAIN) {
+            return;
+        }
+
+    } else if (ctx->tries - ctx->lost < NGX_HTTP_IDEMPOTENCY_NOROW_TRIES
+               && op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK
+               && op->nrows == 0)
+    {
+        /*
+         * The row existed, but the owner's release deleted it between our
+         * INSERT and SELECT: claiming again reads (or wins) the current
+         * row.
+         */
+
+        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idempotency: claim lost a race, claiming again");
+
+        ngx_http_idempotency_claim(r, ctx);
+        return;
+
+    } else {
+        ngx_http_idempotency_store_failed(r, ctx, op);
+    }
+
+    ngx_http_idempotency_resume(r);
+}
+
+
+/*
+ * The claim lost a race at commit: a Galera node answers 1213 (deadlock)
+ * when a write of the same key from another node was certified first, or
+ * when the applier of such a write aborted ours.  Another request holds
+ * the key, but its row may not be applied on this node yet, and claiming
+ * again at once tends to lose the same way.  So the claim runs again
+ * after a short, growing pause; it then reads (or wins) the row.  If the
+ * node keeps answering 1213, the key is busy elsewhere: the duplicate is
+ * held or gets 409, as for any key in progress.  This is never a store
+ * failure: with "idempotency_on_store_error pass" that would forward the
+ * request unprotected and could execute it twice.
+ */
+
+
+static ngx_int_t
+ngx_http_idempotency_claim_lost(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx)
+{
+    ngx_msec_t  delay;
+
+    ctx->lost++;
+
+    if (ctx->lost < NGX_HTTP_IDEMPOTENCY_LOST_TRIES) {
+
+        /* 10 ms, doubling up to 320 ms: about 1 s for all the tries */
+
+        delay = (ngx_msec_t) 10 << ngx_min(ctx->lost - 1, 5);
+
+        ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idempotency: claim lost a race at commit (1213), "
+                       "claiming again in %M ms (lost %ui)", delay,
+                       ctx->lost);
+
+        ctx->state = NGX_HTTP_IDEMPOTENCY_S_STORE;
+        ctx->wait_ev.handler = ngx_http_idempotency_reclaim_handler;
+        ctx->wait_ev.data = ctx;
+        ctx->wait_ev.log = r->connection->log;
+        ngx_add_timer(&ctx->wait_ev, delay);
+
+        return NGX_AGAIN;
+    }
+
+    ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                  "idempotency store \"%V\" mysql=%V: claim of key %V "
+                  "lost %ui races at commit (1213): the key is in progress "
+                  "elsewhere", &ctx->conf->store->name, &ctx->shard->name,
+                  &ctx->key_id, ctx->lost);
+
+    ctx->in_progress = 1;
+
+    return ngx_http_idempotency_hold_or_conflict(r, ctx);
+}
+
+
+static void
+ngx_http_idempotency_reclaim_handler(ngx_event_t *ev)
+{
+    ngx_http_request_t          *r;
+    ngx_http_idempotency_ctx_t  *ctx;
+
+    ctx = ev->data;
+    r = ctx->request;
+
+    ngx_http_idempotency_claim(r, ctx);
+}
+
+
+/* the request holds the key: forward it, renewing the lease meanwhile */
+
+static void
+ngx_http_idempotency_won(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, time_t ttl, ngx_uint_t status)
+{
+    ctx->owner = 1;
+
+    /* the tiers keep the response as long as the row keeps the key */
+    ctx->expires = ngx_time() + ngx_max(ttl, 0);
+
+    ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_FORWARD,
+                                 status);
+
+    if (status == NGX_HTTP_IDEMPOTENCY_TAKEOVER) {
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "idempotency: key %V taken over from an owner "
+                      "whose lease ended", &ctx->key_id);
+    }
+
+    /* the lease counts from the claim's INSERT, sent no earlier */
+
+    ctx->lease.shard = ctx->shard;
+    ctx->lease.key = &ctx->key_id;
+    ctx->lease.key_hash = ctx->key_hash;
+    ctx->lease.token = ctx->token;
+    ctx->lease.lease = ctx->conf->lease;
+    ctx->lease.renewed = ctx->claimed;
+    ctx->lease.log = r->connection->log;
+
+    ngx_http_idempotency_lease_start(&ctx->lease);
+}
+
+
+static ngx_int_t
+ngx_http_idempotency_verdict(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op)
+{
+    ngx_int_t                         state, take, ttl_s;
+    ngx_str_t                        *f;
+    ngx_http_idempotency_loc_conf_t  *ilcf;
+
+    ilcf = ctx->conf;
+    f = op->fields;
+
+    state = ngx_http_idempotency_atoi(&f[NGX_HTTP_IDEMPOTENCY_F_STATE]);
+
+    /* the retention left, by the database's clock, in whole seconds */
+    ttl_s = ngx_http_idempotency_atoi(&f[NGX_HTTP_IDEMPOTENCY_F_TTL_S]);
+
+    ctx->tier = NGX_HTTP_IDEMPOTENCY_TIER_MYSQL;
+
+    if (ngx_http_idempotency_atoi(&f[NGX_HTTP_IDEMPOTENCY_F_MINE]) == 1) {
+
+        /* won: an expired key, a dead owner's, or (after a retried
+         * round trip) our own new row */
+
+        take = ngx_http_idempotency_atoi(&f[NGX_HTTP_IDEMPOTENCY_F_TAKE]);
+
+        ngx_http_idempotency_won(r, ctx, ttl_s,
+                                 (op->affected_rows == 2
+                                  && take == NGX_HTTP_IDEMPOTENCY_TAKE_LEASE)
+                                 ? NGX_HTTP_IDEMPOTENCY_TAKEOVER
+                                 : NGX_HTTP_IDEMPOTENCY_NEW);
+        return NGX_OK;
+    }
+
+    if (ilcf->fingerprint
+        && ngx_http_idempotency_atoi(&f[NGX_HTTP_IDEMPOTENCY_F_SAME_FP]) != 1)
+    {
+        ctx->problem = NGX_HTTP_IDEMPOTENCY_P_MISMATCH;
+        ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
+                                     NGX_HTTP_IDEMPOTENCY_MISMATCH);
+        return NGX_OK;
+    }
+
+    if (state == NGX_HTTP_IDEMPOTENCY_ROW_DONE) {
+        ngx_http_idempotency_mysql_replay(r, ctx, op, ttl_s);
+        return NGX_OK;
+    }
+
+    if (state == NGX_HTTP_IDEMPOTENCY_ROW_UNSTORED) {
+        ctx->problem = NGX_HTTP_IDEMPOTENCY_P_UNSTORED;
+        ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
+                                     NGX_HTTP_IDEMPOTENCY_UNSTORED);
+        return NGX_OK;
+    }
+
+    /* in progress elsewhere: hold the duplicate, or answer 409 */
+
+    ctx->in_progress = 1;
+
+    return ngx_http_idempotency_hold_or_conflict(r, ctx);
+}
+
+
+/* a completed row: replay its record, and give it to the tiers */
+
+static void
+ngx_http_idempotency_mysql_replay(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op,
+    ngx_int_t ttl_s)
+{
+    ngx_str_t                        *f;
+    ngx_buf_t                        *b;
+    const char                       *why;
+    ngx_chain_t                      *cl;
+    ngx_http_idempotency_loc_conf_t  *ilcf;
+    ngx_http_idempotency_counters_t  *counters;
+
+    ilcf = ctx->conf;
+    f = &op->fields[NGX_HTTP_IDEMPOTENCY_F_RESPONSE];
+
+    ngx_http_idempotency_keep_replay(ctx,
+                                     ngx_http_idempotency_op_take_pool(op));
+
+    why = "not a record";
+
+    if (f->data == NULL
+        || ngx_http_idempotency_record_parse(op->pool, f->data, f->len,
+                                             &ctx->record)
+           != NGX_OK
+        || ngx_http_idempotency_record_validate(&ctx->record, &why)
+           != NGX_OK)
+    {
+        /* never forwarded: the key was executed already */
+
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "idempotency store \"%V\": stored response of key %V "
+                      "is malformed (%uz bytes: %s), not replayed",
+                      &ilcf->store->name, &ctx->key_id, f->len, why);
+
+        ctx->problem = NGX_HTTP_IDEMPOTENCY_P_STORE;
+        ctx->retry_after = 1;
+        ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
+                                     NGX_HTTP_IDEMPOTENCY_ERROR);
+        return;
+    }
+
+    /*
+     * later duplicates are served by the tiers; the row's fingerprint
+     * is known only if this request compared it (and it matched)
+     */
+
+    cl = (ttl_s > 0) ? ngx_alloc_chain_link(ctx->replay_pool) : NULL;
+    b = cl ? ngx_calloc_buf(ctx->replay_pool) : NULL;
+
+    if (b) {
+        b->pos = f->data;
+        b->last = f->data + f->len;
+        b->memory = 1;
+        cl->buf = b;
+        cl->next = NULL;
+
+        ngx_http_idempotency_tier_put(ilcf->store, ctx->key_hash,
+                                      ilcf->fingerprint
+                                      ? NGX_HTTP_IDEMPOTENCY_ENTRY_FP : 0,
+                                      ctx->fingerprint,
+                                      ngx_time() + ttl_s, cl, f->len);
+    }
+
+    counters = ngx_http_idempotency_counters(ilcf->store);
+    ngx_http_idempotency_count(counters, mysql_replays);
+
+    ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_REPLAY,
+                                 NGX_HTTP_IDEMPOTENCY_REPLAY);
+}
+
+
+/*
+ * A key in progress elsewhere: the duplicate is held (hold.c) while its
+ * idempotency_wait lasts, then decided again; NGX_AGAIN.  Otherwise it
+ * gets 409.  A live owner renews its lease while it works, so the rest
+ * of the lease says nothing about when the answer will be there: clients
+ * that honour Retry-After (stripe-node does) would wait a whole lease for
+ * a response ready a moment later.  A retry is one cheap claim.
+ */
+
+static ngx_int_t
+ngx_http_idempotency_hold_or_conflict(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx)
+{
+    if (ngx_http_idempotency_hold(ctx, ngx_http_idempotency_decide)
+        == NGX_AGAIN)
+    {
+        return NGX_AGAIN;
+    }
+
+    ctx->problem = NGX_HTTP_IDEMPOTENCY_P_CONFLICT;
+    ctx->retry_after = 1;
+    ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
+                                 NGX_HTTP_IDEMPOTENCY_CONFLICT);
+    return NGX_OK;
+}
+
+
+/*
+ * A tier had the completed response: the same verdict MySQL would give
+ * for a completed row, fingerprint first.
+ */
+
+static void
+ngx_http_idempotency_entry_verdict(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx)
+{
+    if (ctx->conf->fingerprint
+        && ngx_memcmp(ctx->entry.fingerprint, ctx->fingerprint,
+                      NGX_HTTP_IDEMPOTENCY_HASH_LEN)
+           != 0)
+    {
+        ctx->problem = NGX_HTTP_IDEMPOTENCY_P_MISMATCH;
+        ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
+                                     NGX_HTTP_IDEMPOTENCY_MISMATCH);
+        return;
+    }
+
+    ctx->record = ctx->entry.record;
+
+    ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_REPLAY,
+                                 NGX_HTTP_IDEMPOTENCY_REPLAY);
+}
+
+
+static void
+ngx_http_idempotency_store_failed(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op)
+{
+    ngx_uint_t                        level;
+    const char                       *what;
+    ngx_http_idempotency_loc_conf_t  *ilcf;
+
+    ilcf = ctx->conf;
+
+    switch (op->rc) {
+
+    case NGX_HTTP_IDEMPOTENCY_OP_OK:
+        what = "the claim returned no row";
+        break;
+
+    case NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR:
+        what = (op->err == 1146 || op->err == 1054)
+               ? "the table is missing or has the wrong columns "
+                 "(apply mysql/schema.sql)"
+               : "the statement failed";
+        break;
+
+    case NGX_HTTP_IDEMPOTENCY_OP_DOWN:
+        what = "the server is unreachable";
+        break;
+
+    case NGX_HTTP_IDEMPOTENCY_OP_TIMEOUT:
+        what = "timed out";
+        break;
+
+    default: /* NGX_HTTP_IDEMPOTENCY_OP_BUSY */
+        what = "no free connection (pool and wait queue full)";
+        break;
+    }
+
+    if (ctx->in_progress) {
+        ngx_http_idempotency_store_failed_held(r, ctx, what);
+        return;
+    }
+
+    level = (ilcf->on_store_error == NGX_HTTP_IDEMPOTENCY_STORE_PASS)
+            ? NGX_LOG_WARN : NGX_LOG_ERR;
+
+    ngx_log_error(level, r->connection->log, 0,
+                  "idempotency store \"%V\" mysql=%V: claim of key %V "
+                  "failed: %s%s%*s%s, %s",
+                  &ilcf->store->name, &ctx->shard->name, &ctx->key_id, what,
+                  op->err_text.len ? " (" : "", op->err_text.len,
+                  op->err_text.data, op->err_text.len ? ")" : "",
+                  ilcf->on_store_error == NGX_HTTP_IDEMPOTENCY_STORE_PASS
+                  ? "passing the request unprotected"
+                  : "rejecting the request");
+
+    if (ilcf->on_store_error == NGX_HTTP_IDEMPOTENCY_STORE_PASS) {
+        ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_FORWARD,
+                                     NGX_HTTP_IDEMPOTENCY_ERROR);
+        return;
+    }
+
+    ctx->problem = NGX_HTTP_IDEMPOTENCY_P_STORE;
+    ctx->retry_after = 1;
+    ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
+                                 NGX_HTTP_IDEMPOTENCY_ERROR);
+}
+
+
+/*
+ * A held duplicate's poll failed.  The key was seen in progress: under
+ * any idempotency_on_store_error, forwarding it could run the operation
+ * twice.  It goes on waiting while its wait lasts, then gets 409.
+ */
+
+static void
+ngx_http_idempotency_store_failed_held(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, const char *what)
+{
+    /* info: a flood of held duplicates would write one line per poll */
+
+    ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                  "idempotency store \"%V\" mysql=%V: poll of key %V "
+                  "failed: %s; the key was in progress, so the request is "
+                  "never forwarded", &ctx->conf->store->name,
+                  &ctx->shard->name, &ctx->key_id, what);
+
+    (void) ngx_http_idempotency_hold_or_conflict(r, ctx);
+}
+
+
+void
+ngx_http_idempotency_handed_over(ngx_http_idempotency_ctx_t *ctx)
+{
+    ctx->owner = 0;
+
+    ngx_http_idempotency_lease_stop(&ctx->lease);
+}
+
+
+void
+ngx_http_idempotency_release(ngx_http_idempotency_ctx_t *ctx,
+    const char *why)
+{
+    if (!ctx->owner) {
+        return;
+    }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
+                   "idempotency: releasing key \"%V\": %s", &ctx->key, why);
+
+    ngx_http_idempotency_handed_over(ctx);
+    ngx_http_idempotency_release_key(ctx->shard, ctx->key_hash, ctx->token);
+}
+
+
+static void
+ngx_http_idempotency_release_key(ngx_http_idempotency_shard_t *shard,
+    u_char *key_hash, u_char *token)
+{
+    ngx_http_idempotency_op_t  *op;
+
+    op = ngx_http_idempotency_sql_release(shard, ngx_cycle->log, key_hash,
+                                          token);
+    if (op == NULL) {
+        return;
+    }
+
+    op->handler = ngx_http_idempotency_release_done;
+    op->data = shard;
+
+    ngx_http_idempotency_op_run(op);
+}
+
+
+static void
+ngx_http_idempotency_release_done(ngx_http_idempotency_op_t *op)
+{
+    ngx_http_idempotency_shard_t  *shard;
+
+    if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK) {
+        return;
+    }
+
+    shard = op->data;
+
+    ngx_log_error(NGX_LOG_ERR, op->log, 0,
+                  "idempotency store \"%V\" mysql=%V: release failed (%ui): "
+                  "the key stays in progress until its lease ends",
+                  &shard->store->name, &shard->name, op->rc);
+}
+
+
+void
+ngx_http_idempotency_claim_cleanup(ngx_http_idempotency_ctx_t *ctx)
+{
+    ngx_connection_t               *c;
+    ngx_http_idempotency_op_t      *op;
+    ngx_http_idempotency_orphan_t  *o;
+
+    op = ctx->op;
+
+    if (op) {
+        /* the client left while its claim was in flight: the claim may
+         * still win, and then the key must be given back */
+
+        o = ngx_palloc(op->pool, sizeof(ngx_http_idempotency_orphan_t));
+
+        if (o == NULL) {
+            ngx_http_idempotency_op_detach(op);
+
+        } else {
+            o->shard = ctx->shard;
+            ngx_memcpy(o->key_hash, ctx->key_hash,
+                       NGX_HTTP_IDEMPOTENCY_HASH_LEN);
+            ngx_memcpy(o->token, ctx->token, NGX_HTTP_IDEMPOTENCY_TOKEN_LEN);
+
+            op->handler = ngx_http_idempotency_orphan_done;
+            op->data = o;
+        }
+
+        ctx->op = NULL;
+    }
+
+    c = ctx->request->connection;
+
+    if (ctx->owner && (c->error || c->timedout)) {
+
+        /*
+         * The client is gone and the response did not reach its end: the
+         * upstream failed after the client left, a client that stopped
+         * reading hit send_timeout (nginx then drains and cuts the
+         * upstream), or a content handler that is not an upstream stopped
+         * with its client.  Whether it executed is unknown.  A known
+         * status is recorded as executed-not-stored; otherwise the key
+         * stays in progress, unrenewed, until its lease ends (as when an
+         * owner dies).  Releasing it would invite a second execution.
+         */
+
+        if (ctx->capturing) {
+            ngx_http_idempotency_filter_abandon(ctx);
+
+        } else {
+            ngx_log_error(NGX_LOG_INFO, c->log, 0,
+                          "idempotency: client closed the connection while "
+                          "key %V was upstream: the key stays in "
+                          "progress until its lease ends", &ctx->key_id);
+            ngx_http_idempotency_handed_over(ctx);
+        }
+    }
+
+    ngx_http_idempotency_release(ctx, "request ended before its response "
+                                      "was complete");
+}
+
+
+static void
+ngx_http_idempotency_orphan_done(ngx_http_idempotency_op_t *op)
+{
+    ngx_http_idempotency_orphan_t  *o;
+
+    o = op->data;
+
+    if (op->rc != NGX_HTTP_IDEMPOTENCY_OP_OK) {
+        return;
+    }
+
+    /* a new row (no SELECT was run), or a row the SELECT says is ours */
+
+    if ((op->nrows == 0 && op->affected_rows == 1)
+        || (op->nrows == 1
+            && op->nfields >= NGX_HTTP_IDEMPOTENCY_F_COUNT
+            && ngx_http_idempotency_atoi(
+                   &op->fields[NGX_HTTP_IDEMPOTENCY_F_MINE]) == 1))
+    {
+        ngx_http_idempotency_release_key(o->shard, o->key_hash, o->token);
+    }
+}
+
+
+static ngx_int_t
+ngx_http_idempotency_atoi(ngx_str_t *s)
+{
+    if (s->data == NULL || s->len == 0) {
+        return -1;
+    }
+
+    return ngx_atoi(s->data, s->len);
+}
+
