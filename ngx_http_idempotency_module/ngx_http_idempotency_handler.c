@@ -415,9 +415,7 @@ static ngx_int_t
 ngx_http_idempotency_replay(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx)
 {
-    ngx_int_t         rc;
     ngx_buf_t        *b;
-    ngx_chain_t       out;
     ngx_table_elt_t  *h;
 
     if (ngx_http_discard_request_body(r) != NGX_OK) {
@@ -439,22 +437,10 @@ ngx_http_idempotency_replay(ngx_http_request_t *r,
     h->lowcase_key = NULL;
 
     if (ctx->record.body.len == 0) {
-        rc = ngx_http_send_header(r);
-
-        if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
-            return rc;
-        }
-
-        return ngx_http_send_special(r, NGX_HTTP_LAST);
+        return ngx_http_idempotency_send(r, NULL);
     }
 
-    rc = ngx_http_send_header(r);
-
-    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
-        return rc;
-    }
-
-    /* the body stays in the store op's pool until the request ends */
+    /* the body stays in the replay pool until the request ends */
 
     b = ngx_calloc_buf(r->pool);
     if (b == NULL) {
@@ -467,10 +453,7 @@ ngx_http_idempotency_replay(ngx_http_request_t *r,
     b->last_buf = 1;
     b->last_in_chain = 1;
 
-    out.buf = b;
-    out.next = NULL;
-
-    return ngx_http_output_filter(r, &out);
+    return ngx_http_idempotency_send(r, b);
 }
 
 

@@ -10,6 +10,7 @@
 #include "ngx_http_idempotency_issue.h"
 #include "ngx_http_idempotency_entry.h"
 #include "ngx_http_idempotency_record.h"
+#include "ngx_http_idempotency_problem.h"
 
 
 #define NGX_HTTP_IDEMPOTENCY_ISSUED_PREFIX   "ik1."
@@ -80,7 +81,6 @@ ngx_http_idempotency_issue_handler(ngx_http_request_t *r)
     ngx_tm_t                          tm;
     ngx_int_t                         rc;
     ngx_buf_t                        *b;
-    ngx_chain_t                       out;
     ngx_table_elt_t                  *h;
     ngx_http_idempotency_loc_conf_t  *ilcf;
     u_char                    key[NGX_HTTP_IDEMPOTENCY_ISSUED_LEN];
@@ -155,16 +155,7 @@ ngx_http_idempotency_issue_handler(ngx_http_request_t *r)
     ngx_str_set(&r->headers_out.content_type, "application/json");
     r->headers_out.content_type_len = r->headers_out.content_type.len;
 
-    rc = ngx_http_send_header(r);
-
-    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
-        return rc;
-    }
-
-    out.buf = b;
-    out.next = NULL;
-
-    return ngx_http_output_filter(r, &out);
+    return ngx_http_idempotency_send(r, b);
 }
 
 

@@ -75,9 +75,7 @@ ngx_http_idempotency_problem(ngx_http_request_t *r,
     ngx_http_idempotency_problem_e problem, time_t retry_after)
 {
     size_t                           len;
-    ngx_int_t                        rc;
     ngx_buf_t                       *b;
-    ngx_chain_t                      out;
     ngx_table_elt_t                 *h;
     ngx_http_idempotency_problem_t  *p;
 
@@ -131,10 +129,24 @@ ngx_http_idempotency_problem(ngx_http_request_t *r,
         h->lowcase_key = NULL;
     }
 
+    return ngx_http_idempotency_send(r, b);
+}
+
+
+ngx_int_t
+ngx_http_idempotency_send(ngx_http_request_t *r, ngx_buf_t *b)
+{
+    ngx_int_t    rc;
+    ngx_chain_t  out;
+
     rc = ngx_http_send_header(r);
 
     if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
         return rc;
+    }
+
+    if (b == NULL) {
+        return ngx_http_send_special(r, NGX_HTTP_LAST);
     }
 
     out.buf = b;

@@ -31,5 +31,11 @@ typedef enum {
 ngx_int_t ngx_http_idempotency_problem(ngx_http_request_t *r,
     ngx_http_idempotency_problem_e problem, time_t retry_after);
 
+/*
+ * Sends the headers out, then b (the whole body, last_buf set) or, with
+ * b NULL, the end of an empty body; for ngx_http_finalize_request().
+ */
+ngx_int_t ngx_http_idempotency_send(ngx_http_request_t *r, ngx_buf_t *b);
+
 
 #endif /* _NGX_HTTP_IDEMPOTENCY_PROBLEM_H_INCLUDED_ */
