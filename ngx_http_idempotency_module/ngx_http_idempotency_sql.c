@@ -16,6 +16,8 @@
 #define NGX_HTTP_IDEMPOTENCY_HEX(n)   (sizeof("X''") - 1 + 2 * (n))
 
 
+static u_char *ngx_http_idempotency_owned(u_char *p, u_char *key_hash,
+    u_char *owner);
 static u_char *ngx_http_idempotency_hex(u_char *p, u_char *src, size_t len);
 
 
@@ -131,9 +133,7 @@ ngx_http_idempotency_sql_renew(ngx_http_idempotency_shard_t *shard,
     p = ngx_sprintf(op->sql.data, "UPDATE `%V` SET lease_until = "
                     "UTC_TIMESTAMP(3) + INTERVAL %M000 MICROSECOND "
                     "WHERE key_hash = ", &shard->store->table, lease);
-    p = ngx_http_idempotency_hex(p, key_hash, 32);
-    p = ngx_cpymem(p, " AND state = 0 AND owner = ", 27);
-    p = ngx_http_idempotency_hex(p, owner, 16);
+    p = ngx_http_idempotency_owned(p, key_hash, owner);
 
     op->sql.len = p - op->sql.data;
 
@@ -159,9 +159,7 @@ ngx_http_idempotency_sql_release(ngx_http_idempotency_shard_t *shard,
 
     p = ngx_sprintf(op->sql.data, "DELETE FROM `%V` WHERE key_hash = ",
                     &shard->store->table);
-    p = ngx_http_idempotency_hex(p, key_hash, 32);
-    p = ngx_cpymem(p, " AND state = 0 AND owner = ", 27);
-    p = ngx_http_idempotency_hex(p, owner, 16);
+    p = ngx_http_idempotency_owned(p, key_hash, owner);
 
     op->sql.len = p - op->sql.data;
 
@@ -343,6 +341,18 @@ ngx_http_idempotency_sql_complete(ngx_pool_t *pool,
     sql->len = p - sql->data;
 
     return NGX_OK;
+}
+
+
+/* the key's row while it is in progress and held by owner */
+
+static u_char *
+ngx_http_idempotency_owned(u_char *p, u_char *key_hash, u_char *owner)
+{
+    p = ngx_http_idempotency_hex(p, key_hash, 32);
+    p = ngx_cpymem(p, " AND state = 0 AND owner = ", 27);
+
+    return ngx_http_idempotency_hex(p, owner, 16);
 }
 
 
