@@ -70,6 +70,9 @@ static void ngx_http_idempotency_metrics_ops(
     ngx_http_idempotency_mout_t *mo);
 static void ngx_http_idempotency_metrics_cache(
     ngx_http_idempotency_mout_t *mo);
+static ngx_int_t ngx_http_idempotency_metrics_zone(
+    ngx_http_idempotency_mout_t *mo, ngx_uint_t i,
+    ngx_http_idempotency_cache_stats_t *cs);
 static void ngx_http_idempotency_metrics_gauges(
     ngx_http_idempotency_mout_t *mo);
 static void ngx_http_idempotency_metrics_servers(
@@ -706,6 +709,20 @@ ngx_http_idempotency_metrics_ops(ngx_http_idempotency_mout_t *mo)
 }
 
 
+/* the figures of store i's cache zone; NGX_DECLINED: it has none */
+
+static ngx_int_t
+ngx_http_idempotency_metrics_zone(ngx_http_idempotency_mout_t *mo,
+    ngx_uint_t i, ngx_http_idempotency_cache_stats_t *cs)
+{
+    if (mo->stores[i]->cache == NULL) {
+        return NGX_DECLINED;
+    }
+
+    return ngx_http_idempotency_cache_stats(mo->stores[i]->cache, cs);
+}
+
+
 /* the cache zone's gauges */
 
 static void
@@ -719,10 +736,7 @@ ngx_http_idempotency_metrics_cache(ngx_http_idempotency_mout_t *mo)
         "The cache zone: its size, and the bytes of it in use.");
 
     for (i = 0; i < mo->nstores; i++) {
-        if (mo->stores[i]->cache == NULL
-            || ngx_http_idempotency_cache_stats(mo->stores[i]->cache, &cs)
-               != NGX_OK)
-        {
+        if (ngx_http_idempotency_metrics_zone(mo, i, &cs) != NGX_OK) {
             continue;
         }
 
@@ -738,10 +752,7 @@ ngx_http_idempotency_metrics_cache(ngx_http_idempotency_mout_t *mo)
         "Entries in the cache zone.");
 
     for (i = 0; i < mo->nstores; i++) {
-        if (mo->stores[i]->cache == NULL
-            || ngx_http_idempotency_cache_stats(mo->stores[i]->cache, &cs)
-               != NGX_OK)
-        {
+        if (ngx_http_idempotency_metrics_zone(mo, i, &cs) != NGX_OK) {
             continue;
         }
 
