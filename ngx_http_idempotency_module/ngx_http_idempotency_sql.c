@@ -24,54 +24,17 @@ static u_char *ngx_http_idempotency_hex(u_char *p, u_char *src, size_t len);
 /*
  * One round trip for every verdict.  The INSERT claims a new key; on a
  * duplicate, ON DUPLICATE KEY UPDATE takes the row over only when it is
- * past retention (N: a new operation; never while its owner still holds
- * a live lease) or in progress with a dead lease and the same
- * fingerprint (the owner died).  T, "taken", is N or that second case.
+ * past retention (a new operation; never while its owner still holds a
+ * live lease) or in progress with a dead lease and the same fingerprint
+ * (the owner died).  @idem_take is computed in the
+ * first assignment, from the row as it was, and the others reuse it.
  * The SELECT then tells the caller who holds the key and, for a
  * completed key with the same fingerprint, returns the stored response
  * (a mismatch is answered 422 without reading it).  When the INSERT made a
  * new row (ROW_COUNT() is 1), the caller holds it and knows all the
- * SELECT would say: the condition is constant, so the server answers
- * with an empty result without reading the table.
- *
- * Neither VALUES() nor a user variable (MySQL 8 deprecates both): the
- * inserted values are written again, and each assignment decides from
- * the row as it was.  The server runs them left to right, each seeing
- * the columns changed before it.  N and T read expires_at, state,
- * lease_until and fingerprint, and the current time is fixed for the
- * whole statement, so:
- *
- *   - owner, fingerprint, created_at, status, response and lease_until
- *     test N or T while those four columns are as they were, but for
- *     fingerprint, which changes only under N (a takeover's row has our
- *     fingerprint already) and is read by T only when N is false;
- *   - state changes only under N, and only when it is not 0 (a
- *     takeover's row is in progress), that is exactly when expires_at
- *     has passed and state is not 0: two columns not changed yet;
- *   - expires_at, last, changes under N.  A row that N took has
- *     created_at = now by then; an untaken row keeps state and
- *     lease_until, so N reads false on it, and never has created_at =
- *     now with expires_at passed, since every statement that writes
- *     created_at writes expires_at at least a second later (ttl > lease)
- *     and a takeover keeps both.  Reading N as well keeps the assignment
- *     right should a server evaluate all of them from the old row.
- *
- * The SELECT reports "take" from the row as it is now: 0 when the
- * INSERT changed nothing, 1 when the lease starts at created_at (N gave
- * the row a new creation time), 2 when it starts later (a takeover
- * keeps created_at; the lease it replaced ended at or after that time
- * plus a lease, and no later than now).  Only a database clock stepping
- * back by more than a lease could read a takeover as 1, which changes
- * $idempotency_status and the counters, never the verdict.
+ * SELECT would say: the condition is constant, so MariaDB answers with
+ * an empty result without reading the table.
  */
-
-#define NGX_HTTP_IDEMPOTENCY_N                                              \
-    "expires_at <= UTC_TIMESTAMP(3) "                                       \
-    "AND (state <> 0 OR lease_until <= UTC_TIMESTAMP(3))"
-
-#define NGX_HTTP_IDEMPOTENCY_T                                              \
-    "(" NGX_HTTP_IDEMPOTENCY_N " OR state = 0 "                             \
-    "AND lease_until <= UTC_TIMESTAMP(3) AND %s)"
 
 static const char  ngx_http_idempotency_claim_sql[] =
     "INSERT INTO `%V` (key_hash, state, owner, fingerprint, created_at, "
@@ -79,24 +42,21 @@ static const char  ngx_http_idempotency_claim_sql[] =
     "UTC_TIMESTAMP(3) + INTERVAL %M000 MICROSECOND, "
     "UTC_TIMESTAMP(3) + INTERVAL %T SECOND) "
     "ON DUPLICATE KEY UPDATE "
-    "owner = IF(" NGX_HTTP_IDEMPOTENCY_T ", %s, owner), "
-    "fingerprint = IF(" NGX_HTTP_IDEMPOTENCY_N ", %s, fingerprint), "
-    "created_at = IF(" NGX_HTTP_IDEMPOTENCY_N ", UTC_TIMESTAMP(3), "
-    "created_at), "
-    "status = IF(" NGX_HTTP_IDEMPOTENCY_T ", NULL, status), "
-    "response = IF(" NGX_HTTP_IDEMPOTENCY_T ", NULL, response), "
-    "lease_until = IF(" NGX_HTTP_IDEMPOTENCY_T ", "
-    "UTC_TIMESTAMP(3) + INTERVAL %M000 MICROSECOND, lease_until), "
-    "state = IF(expires_at <= UTC_TIMESTAMP(3) AND state <> 0, 0, state), "
-    "expires_at = IF(expires_at <= UTC_TIMESTAMP(3) "
-    "AND (created_at = UTC_TIMESTAMP(3) OR state <> 0 "
-    "OR lease_until <= UTC_TIMESTAMP(3)), "
-    "UTC_TIMESTAMP(3) + INTERVAL %T SECOND, expires_at); "
+    "owner = IF(@idem_take := CASE "
+    "WHEN expires_at <= UTC_TIMESTAMP(3) "
+    "AND (state <> 0 OR lease_until <= UTC_TIMESTAMP(3)) THEN 1 "
+    "WHEN state = 0 AND lease_until <= UTC_TIMESTAMP(3) AND %s THEN 2 "
+    "ELSE 0 END, VALUES(owner), owner), "
+    "state = IF(@idem_take, 0, state), "
+    "fingerprint = IF(@idem_take, VALUES(fingerprint), fingerprint), "
+    "created_at = IF(@idem_take = 1, VALUES(created_at), created_at), "
+    "lease_until = IF(@idem_take, VALUES(lease_until), lease_until), "
+    "expires_at = IF(@idem_take = 1, VALUES(expires_at), expires_at), "
+    "status = IF(@idem_take, NULL, status), "
+    "response = IF(@idem_take, NULL, response); "
     "SELECT state, owner = %s, %s, "
     "GREATEST(TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(3), expires_at), 0), "
-    "IF(ROW_COUNT() = 2, IF(lease_until = created_at "
-    "+ INTERVAL %M000 MICROSECOND, 1, 2), 0), "
-    "status, IF(%s, response, NULL) FROM `%V` "
+    "@idem_take, status, IF(%s, response, NULL) FROM `%V` "
     "WHERE key_hash = %s "
     "AND ROW_COUNT() <> 1";
 
@@ -135,8 +95,8 @@ ngx_http_idempotency_sql_claim(ngx_http_idempotency_shard_t *shard,
     }
 
     size = sizeof(ngx_http_idempotency_claim_sql) + 2 * table->len
-           + 2 * sizeof(kh) + 3 * sizeof(ow) + 6 * sizeof(fpeq)
-           + 2 * sizeof(fp) + 5 * NGX_INT64_LEN;
+           + 4 * sizeof(kh) + 2 * sizeof(ow) + 3 * sizeof(fpeq)
+           + sizeof(fp) + 2 * NGX_INT64_LEN;
 
     op = ngx_http_idempotency_op_create(shard, log, size);
     if (op == NULL) {
@@ -147,8 +107,7 @@ ngx_http_idempotency_sql_claim(ngx_http_idempotency_shard_t *shard,
     op->kind = NGX_HTTP_IDEMPOTENCY_OP_CLAIM;
     op->sql.len = ngx_sprintf(op->sql.data, ngx_http_idempotency_claim_sql,
                               table, kh, ow, fp, cl->lease, cl->ttl,
-                              fpeq, ow, fp, fpeq, fpeq, fpeq, cl->lease,
-                              cl->ttl, ow, fpeq, cl->lease, fpeq, table, kh)
+                              fpeq, ow, fpeq, fpeq, table, kh)
                   - op->sql.data;
 
     return op;
