@@ -56,6 +56,9 @@
 #define NGX_HTTP_IDEMPOTENCY_MYSQL_QUERY        2
 #define NGX_HTTP_IDEMPOTENCY_MYSQL_STORE        3
 #define NGX_HTTP_IDEMPOTENCY_MYSQL_NEXT         4
+#define NGX_HTTP_IDEMPOTENCY_MYSQL_PREPARE      5
+#define NGX_HTTP_IDEMPOTENCY_MYSQL_EXECUTE      6
+#define NGX_HTTP_IDEMPOTENCY_MYSQL_STMT_STORE   7
 
 /* _cont calls allowed to let an interrupted call fail on a dead socket */
 #define NGX_HTTP_IDEMPOTENCY_MYSQL_ABORT_STEPS  16
@@ -90,6 +93,9 @@ typedef struct {
                                                      queue, not for an op */
     ngx_uint_t                         nwaiting;
 
+    /* starts batchable ops at the end of the event loop iteration */
+    ngx_event_t                        flush;
+
     /* connect failures: backoff, and the error handed to OP_DOWN ops */
     ngx_http_idempotency_outage_t      outage;
     ngx_uint_t                         last_err;
@@ -111,6 +117,15 @@ typedef struct {
     MYSQL                             *connected;
     MYSQL_RES                         *res;
     int                                ret;
+    MYSQL_STMT                        *stmt;      /* of the call */
+
+    /* prepared statements, by slot and by rows (ops in a batch) */
+    MYSQL_STMT     *stmts[NGX_HTTP_IDEMPOTENCY_STMTS]
+                         [NGX_HTTP_IDEMPOTENCY_BATCH_MAX];
+    u_char          ready[NGX_HTTP_IDEMPOTENCY_STMTS]
+                         [NGX_HTTP_IDEMPOTENCY_BATCH_MAX];
+    ngx_uint_t                         nbatch;    /* rows of conn->op's */
+    MYSQL_BIND                         bind[NGX_HTTP_IDEMPOTENCY_MAX_BINDS];
 
     int                                events;    /* the driver's mask */
     ngx_uint_t                         state;
@@ -159,6 +174,25 @@ static ngx_int_t ngx_http_idempotency_mysql_process(
     ngx_http_idempotency_mysql_conn_t *conn, int status);
 static int ngx_http_idempotency_mysql_cont(
     ngx_http_idempotency_mysql_conn_t *conn, int ready);
+static void ngx_http_idempotency_mysql_gather(
+    ngx_http_idempotency_mysql_conn_t *conn, ngx_http_idempotency_op_t *op);
+static ngx_uint_t ngx_http_idempotency_mysql_members(
+    ngx_http_idempotency_op_t *op);
+static ngx_int_t ngx_http_idempotency_mysql_unbatch(
+    ngx_http_idempotency_mysql_conn_t *conn, ngx_uint_t single);
+static void ngx_http_idempotency_mysql_finish_all(
+    ngx_http_idempotency_op_t *op, ngx_uint_t rc);
+static void ngx_http_idempotency_mysql_flush(ngx_event_t *ev);
+static void ngx_http_idempotency_mysql_bind(MYSQL_BIND *b,
+    ngx_http_idempotency_param_t *pm);
+static int ngx_http_idempotency_mysql_prepare(
+    ngx_http_idempotency_mysql_conn_t *conn);
+static int ngx_http_idempotency_mysql_execute(
+    ngx_http_idempotency_mysql_conn_t *conn);
+static ngx_int_t ngx_http_idempotency_mysql_stmt_result(
+    ngx_http_idempotency_mysql_conn_t *conn);
+static void ngx_http_idempotency_mysql_stmts_free(
+    ngx_http_idempotency_mysql_conn_t *conn);
 static ngx_int_t ngx_http_idempotency_mysql_result(
     ngx_http_idempotency_mysql_conn_t *conn);
 static ngx_int_t ngx_http_idempotency_mysql_failed(
@@ -280,6 +314,23 @@ ngx_http_idempotency_op_run(ngx_http_idempotency_op_t *op)
         ngx_add_timer(&op->timer, store->query_timeout);
     }
 
+    if (op->batch && !ngx_queue_empty(&conns->idle)) {
+
+        /*
+         * started at the end of this event loop iteration, with the ops
+         * of its kind that the iteration adds meanwhile: under load, one
+         * statement for many requests, and never a wait without load
+         */
+
+        ngx_http_idempotency_mysql_enqueue(conns, op);
+
+        if (!conns->flush.posted) {
+            ngx_post_event(&conns->flush, &ngx_posted_events);
+        }
+
+        return;
+    }
+
     if (!ngx_queue_empty(&conns->idle)) {
         q = ngx_queue_head(&conns->idle);
         ngx_queue_remove(q);
@@ -378,6 +429,57 @@ ngx_http_idempotency_mysql_dequeue(ngx_http_idempotency_op_t *op)
 }
 
 
+ngx_int_t
+ngx_http_idempotency_op_bytes(ngx_http_idempotency_op_t *op, u_char *data,
+    size_t len)
+{
+    u_char  *p;
+
+    p = NULL;
+
+    if (data) {
+        p = ngx_pnalloc(op->pool, len ? len : 1);
+        if (p == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_memcpy(p, data, len);
+    }
+
+    ngx_http_idempotency_op_ref(op, p, len);
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_idempotency_op_ref(ngx_http_idempotency_op_t *op, u_char *data,
+    size_t len)
+{
+    ngx_http_idempotency_param_t  *pm;
+
+    pm = &op->params[op->nparams++];
+
+    pm->data = data;
+    pm->len = data ? len : 0;
+    pm->is_num = 0;
+}
+
+
+void
+ngx_http_idempotency_op_num(ngx_http_idempotency_op_t *op, long long num)
+{
+    ngx_http_idempotency_param_t  *pm;
+
+    pm = &op->params[op->nparams++];
+
+    pm->data = NULL;
+    pm->len = 0;
+    pm->num = num;
+    pm->is_num = 1;
+}
+
+
 ngx_pool_t *
 ngx_http_idempotency_op_take_pool(ngx_http_idempotency_op_t *op)
 {
@@ -473,6 +575,10 @@ ngx_http_idempotency_mysql_exit(ngx_cycle_t *cycle)
 
             /* the process is going away: ops are dropped, not answered */
 
+            if (conns->flush.posted) {
+                ngx_delete_posted_event(&conns->flush);
+            }
+
             while (!ngx_queue_empty(&conns->waiting)) {
                 q = ngx_queue_head(&conns->waiting);
                 ngx_http_idempotency_mysql_op_drop(
@@ -506,6 +612,8 @@ ngx_http_idempotency_mysql_exit(ngx_cycle_t *cycle)
                 /* worker exit: a plain (blocking) mysql_close is acceptable */
                 mysql_close(conn->mysql);
                 conn->mysql = NULL;
+
+                ngx_http_idempotency_mysql_stmts_free(conn);
             }
 
             shard[j].conns = NULL;
@@ -542,6 +650,10 @@ ngx_http_idempotency_mysql_conns(ngx_http_idempotency_shard_t *shard)
     ngx_queue_init(&conns->busy);
     ngx_queue_init(&conns->waiting);
     ngx_queue_init(&conns->spare);
+
+    conns->flush.handler = ngx_http_idempotency_mysql_flush;
+    conns->flush.data = conns;
+    conns->flush.log = conns->log;
 
     ngx_http_idempotency_outage_init(&conns->outage, conns->log,
                                      &shard->store->name, "mysql",
@@ -1032,17 +1144,307 @@ ngx_http_idempotency_mysql_start(ngx_http_idempotency_mysql_conn_t *conn,
     op->nrows = 0;
     op->nfields = 0;
 
-    ngx_log_debug4(NGX_LOG_DEBUG_HTTP, op->log, 0,
-                   "idempotency mysql %s: query on mysql=%V thread id %ui%s",
-                   op->name, &op->shard->name,
+    ngx_log_debug5(NGX_LOG_DEBUG_HTTP, op->log, 0,
+                   "idempotency mysql %s: %s on mysql=%V thread id %ui%s",
+                   op->name, op->stmt ? "execute" : "query",
+                   &op->shard->name,
                    (ngx_uint_t) mysql_thread_id(conn->mysql),
                    conn->reused ? " (reused)" : "");
 
-    status = mysql_real_query_start(&conn->ret, conn->mysql,
-                                    (const char *) op->sql.data,
-                                    op->sql.len);
+    conn->nbatch = 1;
+
+    if (op->stmt == 0) {
+        status = mysql_real_query_start(&conn->ret, conn->mysql,
+                                        (const char *) op->sql.data,
+                                        op->sql.len);
+
+    } else {
+        if (op->batch && !op->single) {
+            ngx_http_idempotency_mysql_gather(conn, op);
+        }
+
+        status = conn->ready[op->stmt][conn->nbatch - 1]
+                 ? ngx_http_idempotency_mysql_execute(conn)
+                 : ngx_http_idempotency_mysql_prepare(conn);
+    }
+
+    if (status < 0) {
+        return ngx_http_idempotency_mysql_abort_op(conn,
+                                  NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR,
+                                  "could not set up a prepared statement");
+    }
 
     return ngx_http_idempotency_mysql_process(conn, status);
+}
+
+
+/*
+ * The waiting ops of the same slot join the op: one statement with a row
+ * for each (BATCH_MAX at most), in the order they came.
+ */
+
+static void
+ngx_http_idempotency_mysql_gather(ngx_http_idempotency_mysql_conn_t *conn,
+    ngx_http_idempotency_op_t *op)
+{
+    ngx_queue_t                         *q, *next;
+    ngx_http_idempotency_op_t           *w, **tail;
+    ngx_http_idempotency_mysql_conns_t  *conns;
+
+    conns = conn->conns;
+    tail = &op->batch_next;
+
+    for (q = ngx_queue_head(&conns->waiting);
+         q != ngx_queue_sentinel(&conns->waiting)
+         && conn->nbatch < NGX_HTTP_IDEMPOTENCY_BATCH_MAX;
+         q = next)
+    {
+        next = ngx_queue_next(q);
+        w = ngx_queue_data(q, ngx_http_idempotency_op_t, queue);
+
+        if (w->stmt != op->stmt || w->single) {
+            continue;
+        }
+
+        ngx_http_idempotency_mysql_dequeue(w);
+
+        w->conn = conn;
+        *tail = w;
+        tail = &w->batch_next;
+
+        conn->nbatch++;
+    }
+
+    *tail = NULL;
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, op->log, 0,
+                   "idempotency mysql %s: %ui ops in one statement",
+                   op->name, conn->nbatch);
+}
+
+
+static ngx_uint_t
+ngx_http_idempotency_mysql_members(ngx_http_idempotency_op_t *op)
+{
+    ngx_uint_t  n;
+
+    for (n = 0; op; op = op->batch_next) {
+        n++;
+    }
+
+    return n;
+}
+
+
+/*
+ * The ops of a batch go back to the head of the queue, in their order:
+ * to run again on their own (single: the batch did not change a row for
+ * each, and which ones it did is unknown), or as they were.  The
+ * connection is free.
+ */
+
+static ngx_int_t
+ngx_http_idempotency_mysql_unbatch(ngx_http_idempotency_mysql_conn_t *conn,
+    ngx_uint_t single)
+{
+    ngx_queue_t                         *q;
+    ngx_http_idempotency_op_t           *op, *next;
+    ngx_http_idempotency_mysql_conns_t  *conns;
+
+    conns = conn->conns;
+    q = ngx_queue_sentinel(&conns->waiting);
+
+    for (op = conn->op; op; op = next) {
+        next = op->batch_next;
+
+        op->batch_next = NULL;
+        op->conn = NULL;
+        op->single = single;
+
+        ngx_queue_insert_after(q, &op->queue);
+        q = &op->queue;
+        conns->nwaiting++;
+    }
+
+    conn->op = NULL;
+    conn->state = NGX_HTTP_IDEMPOTENCY_MYSQL_IDLE;
+    conn->events = 0;
+    conn->reused = 1;
+
+    return NGX_OK;
+}
+
+
+/* the op the connection ran and the others of its batch end alike */
+
+static void
+ngx_http_idempotency_mysql_finish_all(ngx_http_idempotency_op_t *op,
+    ngx_uint_t rc)
+{
+    ngx_http_idempotency_op_t  *m, *next;
+
+    for (m = op->batch_next; m; m = next) {
+        next = m->batch_next;
+        m->batch_next = NULL;
+
+        if (op->err) {
+            ngx_http_idempotency_mysql_op_error(m, op->err,
+                                                op->err_text.data,
+                                                op->err_text.len);
+        }
+
+        ngx_http_idempotency_mysql_op_finish(m, rc);
+    }
+
+    op->batch_next = NULL;
+
+    ngx_http_idempotency_mysql_op_finish(op, rc);
+}
+
+
+/* batchable ops that this event loop iteration queued */
+
+static void
+ngx_http_idempotency_mysql_flush(ngx_event_t *ev)
+{
+    ngx_queue_t                         *q;
+    ngx_http_idempotency_mysql_conn_t   *conn;
+    ngx_http_idempotency_mysql_conns_t  *conns;
+
+    conns = ev->data;
+
+    while (!ngx_queue_empty(&conns->idle)
+           && !ngx_queue_empty(&conns->waiting))
+    {
+        q = ngx_queue_head(&conns->idle);
+        ngx_queue_remove(q);
+        ngx_queue_insert_tail(&conns->busy, q);
+
+        conn = ngx_queue_data(q, ngx_http_idempotency_mysql_conn_t, queue);
+
+        ngx_http_idempotency_mysql_next(conn);
+    }
+}
+
+
+/*
+ * The first op of a slot (and of a number of rows) on this connection
+ * prepares its statement: the server parses it once per connection
+ * instead of once per request.  Returns the driver's wait mask, or -1
+ * when nothing could be sent.
+ */
+
+static int
+ngx_http_idempotency_mysql_prepare(ngx_http_idempotency_mysql_conn_t *conn)
+{
+    my_bool                     on;
+    ngx_str_t                  *text;
+    MYSQL_STMT                 *stmt;
+    ngx_http_idempotency_op_t  *op;
+
+    op = conn->op;
+    stmt = conn->stmts[op->stmt][conn->nbatch - 1];
+
+    text = (conn->nbatch == 1) ? &op->sql
+                               : op->batch(op->shard, conn->nbatch);
+    if (text == NULL) {
+        return -1;
+    }
+
+    if (stmt == NULL) {
+        stmt = mysql_stmt_init(conn->mysql);
+        if (stmt == NULL) {
+            return -1;
+        }
+
+        /* a stored result then tells the longest value of each column */
+        on = 1;
+        (void) mysql_stmt_attr_set(stmt, STMT_ATTR_UPDATE_MAX_LENGTH, &on);
+
+        conn->stmts[op->stmt][conn->nbatch - 1] = stmt;
+    }
+
+    conn->stmt = stmt;
+    conn->state = NGX_HTTP_IDEMPOTENCY_MYSQL_PREPARE;
+
+    return mysql_stmt_prepare_start(&conn->ret, stmt,
+                                    (const char *) text->data, text->len);
+}
+
+
+static int
+ngx_http_idempotency_mysql_execute(ngx_http_idempotency_mysql_conn_t *conn)
+{
+    ngx_uint_t                  i, nb;
+    const char                 *g, *c;
+    MYSQL_STMT                 *stmt;
+    ngx_http_idempotency_op_t  *op, *m;
+
+    op = conn->op;
+    stmt = conn->stmts[op->stmt][conn->nbatch - 1];
+    nb = 0;
+
+    if (conn->nbatch == 1) {
+        for (i = 0; i < op->nparams; i++) {
+            ngx_http_idempotency_mysql_bind(&conn->bind[nb++],
+                                            &op->params[i]);
+        }
+
+    } else {
+        for (g = op->layout; *g; g = (*c == ',') ? c + 1 : c) {
+
+            for (m = op; m; m = m->batch_next) {
+                for (c = g; *c && *c != ','; c++) {
+                    if (nb == NGX_HTTP_IDEMPOTENCY_MAX_BINDS
+                        || (ngx_uint_t) (*c - '0') >= m->nparams)
+                    {
+                        return -1;
+                    }
+
+                    ngx_http_idempotency_mysql_bind(&conn->bind[nb++],
+                                                    &m->params[*c - '0']);
+                }
+            }
+
+            for (c = g; *c && *c != ','; c++) { /* void */ }
+        }
+    }
+
+    if (nb != mysql_stmt_param_count(stmt)) {
+        return -1;
+    }
+
+    if (mysql_stmt_bind_param(stmt, conn->bind) != 0) {
+        return -1;
+    }
+
+    conn->stmt = stmt;
+    conn->state = NGX_HTTP_IDEMPOTENCY_MYSQL_EXECUTE;
+
+    return mysql_stmt_execute_start(&conn->ret, stmt);
+}
+
+
+static void
+ngx_http_idempotency_mysql_bind(MYSQL_BIND *b,
+    ngx_http_idempotency_param_t *pm)
+{
+    ngx_memzero(b, sizeof(MYSQL_BIND));
+
+    if (pm->is_num) {
+        b->buffer_type = MYSQL_TYPE_LONGLONG;
+        b->buffer = &pm->num;
+
+    } else if (pm->data == NULL) {
+        b->buffer_type = MYSQL_TYPE_NULL;
+
+    } else {
+        /* sent as it is: no byte of it is ever read as SQL */
+        b->buffer_type = MYSQL_TYPE_BLOB;
+        b->buffer = pm->data;
+        b->buffer_length = pm->len;
+        b->length = &pm->len;
+    }
 }
 
 
@@ -1050,6 +1452,10 @@ static ngx_int_t
 ngx_http_idempotency_mysql_process(ngx_http_idempotency_mysql_conn_t *conn,
     int status)
 {
+    uint64_t                    rows;
+    MYSQL_STMT                 *stmt;
+    ngx_http_idempotency_op_t  *op;
+
     for ( ;; ) {
 
         if (status) {
@@ -1121,6 +1527,80 @@ ngx_http_idempotency_mysql_process(ngx_http_idempotency_mysql_conn_t *conn,
             status = mysql_store_result_start(&conn->res, conn->mysql);
             break;
 
+        case NGX_HTTP_IDEMPOTENCY_MYSQL_PREPARE:
+
+            if (conn->ret != 0) {
+                return ngx_http_idempotency_mysql_failed(conn);
+            }
+
+            conn->ready[conn->op->stmt][conn->nbatch - 1] = 1;
+
+            if (ngx_http_idempotency_mysql_members(conn->op)
+                != conn->nbatch)
+            {
+                /* one of the batch timed out meanwhile */
+                return ngx_http_idempotency_mysql_unbatch(conn, 1);
+            }
+
+            status = ngx_http_idempotency_mysql_execute(conn);
+
+            if (status < 0) {
+                return ngx_http_idempotency_mysql_abort_op(conn,
+                                  NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR,
+                                  "could not bind a prepared statement");
+            }
+
+            break;
+
+        case NGX_HTTP_IDEMPOTENCY_MYSQL_EXECUTE:
+
+            if (conn->ret != 0) {
+                return ngx_http_idempotency_mysql_failed(conn);
+            }
+
+            stmt = conn->stmt;
+            rows = (uint64_t) mysql_stmt_affected_rows(stmt);
+
+            if (conn->nbatch > 1) {
+                if (rows == conn->nbatch) {
+                    rows = 1;
+
+                } else if (conn->op->rerun) {
+                    return ngx_http_idempotency_mysql_unbatch(conn, 1);
+
+                } else {
+                    rows = 0;
+                }
+            }
+
+            for (op = conn->op; op; op = op->batch_next) {
+                op->affected_rows = rows;
+            }
+
+            if (mysql_stmt_field_count(stmt) == 0) {
+                return ngx_http_idempotency_mysql_done(conn,
+                                                NGX_HTTP_IDEMPOTENCY_OP_OK);
+            }
+
+            conn->state = NGX_HTTP_IDEMPOTENCY_MYSQL_STMT_STORE;
+            status = mysql_stmt_store_result_start(&conn->ret, stmt);
+            break;
+
+        case NGX_HTTP_IDEMPOTENCY_MYSQL_STMT_STORE:
+
+            if (conn->ret != 0) {
+                return ngx_http_idempotency_mysql_failed(conn);
+            }
+
+            if (ngx_http_idempotency_mysql_stmt_result(conn) != NGX_OK) {
+                return ngx_http_idempotency_mysql_abort_op(conn,
+                                  NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR,
+                                  "could not read a result row");
+            }
+
+            return ngx_http_idempotency_mysql_done(conn,
+                                                NGX_HTTP_IDEMPOTENCY_OP_OK);
+
         default: /* NGX_HTTP_IDEMPOTENCY_MYSQL_IDLE */
             return NGX_OK;
         }
@@ -1153,6 +1633,15 @@ ngx_http_idempotency_mysql_cont(ngx_http_idempotency_mysql_conn_t *conn,
 
     case NGX_HTTP_IDEMPOTENCY_MYSQL_NEXT:
         return mysql_next_result_cont(&conn->ret, conn->mysql, ready);
+
+    case NGX_HTTP_IDEMPOTENCY_MYSQL_PREPARE:
+        return mysql_stmt_prepare_cont(&conn->ret, conn->stmt, ready);
+
+    case NGX_HTTP_IDEMPOTENCY_MYSQL_EXECUTE:
+        return mysql_stmt_execute_cont(&conn->ret, conn->stmt, ready);
+
+    case NGX_HTTP_IDEMPOTENCY_MYSQL_STMT_STORE:
+        return mysql_stmt_store_result_cont(&conn->ret, conn->stmt, ready);
 
     default:
         return 0;
@@ -1224,6 +1713,133 @@ ngx_http_idempotency_mysql_result(ngx_http_idempotency_mysql_conn_t *conn)
 }
 
 
+/*
+ * The first row of a prepared statement's stored result, into op->pool:
+ * every column as text (the driver converts numbers), as the text
+ * protocol gives them.  Reading a stored result does no I/O.
+ */
+
+static ngx_int_t
+ngx_http_idempotency_mysql_stmt_result(ngx_http_idempotency_mysql_conn_t *conn)
+{
+    int                         rc;
+    size_t                      size;
+    MYSQL_RES                  *meta;
+    MYSQL_BIND                 *b;
+    ngx_int_t                   ok;
+    ngx_uint_t                  i, n;
+    MYSQL_STMT                 *stmt;
+    MYSQL_FIELD                *fields;
+    ngx_http_idempotency_op_t  *op;
+    my_bool                     nul[NGX_HTTP_IDEMPOTENCY_MAX_FIELDS];
+    unsigned long               len[NGX_HTTP_IDEMPOTENCY_MAX_FIELDS];
+
+    op = conn->op;
+    stmt = conn->stmt;
+
+    for (i = 0; i < NGX_HTTP_IDEMPOTENCY_MAX_FIELDS; i++) {
+        ngx_str_null(&op->fields[i]);
+    }
+
+    n = mysql_stmt_field_count(stmt);
+
+    op->nrows = (ngx_uint_t) mysql_stmt_num_rows(stmt);
+    op->nfields = ngx_min(n, NGX_HTTP_IDEMPOTENCY_MAX_FIELDS);
+
+    ok = NGX_ERROR;
+
+    if (op->nrows == 0) {
+        ok = NGX_OK;
+        goto done;
+    }
+
+    if (n > NGX_HTTP_IDEMPOTENCY_MAX_FIELDS) {
+        goto done;
+    }
+
+    meta = mysql_stmt_result_metadata(stmt);
+    if (meta == NULL) {
+        goto done;
+    }
+
+    fields = mysql_fetch_fields(meta);
+
+    for (i = 0; i < n; i++) {
+        b = &conn->bind[i];
+        ngx_memzero(b, sizeof(MYSQL_BIND));
+
+        /* a number's max_length is its binary size; room for its text */
+        size = ngx_max(fields[i].max_length, NGX_INT64_LEN) + 1;
+
+        b->buffer = ngx_pnalloc(op->pool, size);
+        if (b->buffer == NULL) {
+            mysql_free_result(meta);
+            goto done;
+        }
+
+        b->buffer_type = MYSQL_TYPE_STRING;
+        b->buffer_length = size;
+        b->length = &len[i];
+        b->is_null = &nul[i];
+    }
+
+    mysql_free_result(meta);
+
+    if (mysql_stmt_bind_result(stmt, conn->bind) != 0) {
+        goto done;
+    }
+
+    rc = mysql_stmt_fetch(stmt);   /* a stored row: no I/O */
+
+    if (rc != 0) {
+        goto done;
+    }
+
+    for (i = 0; i < op->nfields; i++) {
+        if (!nul[i]) {
+            op->fields[i].data = conn->bind[i].buffer;
+            op->fields[i].len = len[i];
+        }
+    }
+
+    ok = NGX_OK;
+
+done:
+
+    (void) mysql_stmt_free_result(stmt);   /* stored: no I/O */
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, op->log, 0,
+                   "idempotency mysql %s: %ui rows", op->name, op->nrows);
+
+    return ok;
+}
+
+
+/*
+ * After the connection is closed: the driver detached its statements
+ * then, so closing them frees memory and sends nothing.
+ */
+
+static void
+ngx_http_idempotency_mysql_stmts_free(ngx_http_idempotency_mysql_conn_t *conn)
+{
+    ngx_uint_t  i, n;
+
+    for (i = 0; i < NGX_HTTP_IDEMPOTENCY_STMTS; i++) {
+        for (n = 0; n < NGX_HTTP_IDEMPOTENCY_BATCH_MAX; n++) {
+            if (conn->stmts[i][n]) {
+                (void) mysql_stmt_close(conn->stmts[i][n]);
+                conn->stmts[i][n] = NULL;
+            }
+
+            conn->ready[i][n] = 0;
+        }
+    }
+
+    conn->stmt = NULL;
+}
+
+
 static ngx_int_t
 ngx_http_idempotency_mysql_failed(ngx_http_idempotency_mysql_conn_t *conn)
 {
@@ -1235,11 +1851,26 @@ ngx_http_idempotency_mysql_failed(ngx_http_idempotency_mysql_conn_t *conn)
     op = conn->op;
     conns = conn->conns;
 
-    err = mysql_errno(conn->mysql);
-    text = mysql_error(conn->mysql);
+    err = 0;
+    text = "";
+
+    if (op->stmt && conn->stmt) {
+        err = mysql_stmt_errno(conn->stmt);
+        text = mysql_stmt_error(conn->stmt);
+    }
+
+    if (err == 0) {
+        err = mysql_errno(conn->mysql);
+        text = mysql_error(conn->mysql);
+    }
 
     if (err == 0) {
         err = CR_UNKNOWN_ERROR;
+    }
+
+    if (err == ER_UNKNOWN_STMT_HANDLER && op->stmt) {
+        /* prepared again by the next op of its slot */
+        conn->ready[op->stmt][conn->nbatch - 1] = 0;
     }
 
     if ((err == CR_SERVER_GONE_ERROR || err == CR_SERVER_LOST)
@@ -1255,6 +1886,14 @@ ngx_http_idempotency_mysql_failed(ngx_http_idempotency_mysql_conn_t *conn)
                       "(%ui) %s, retrying on a new connection",
                       &conns->store->name, &conns->shard->name,
                       op->name, err, text);
+
+        if (op->batch_next) {
+            /* the batch waits for a connection, as it was */
+            (void) ngx_http_idempotency_mysql_unbatch(conn, 0);
+            ngx_http_idempotency_mysql_discard(conn);
+            ngx_http_idempotency_mysql_kick(conns);
+            return NGX_DONE;
+        }
 
         conn->op = NULL;
         op->conn = NULL;
@@ -1293,7 +1932,7 @@ ngx_http_idempotency_mysql_failed(ngx_http_idempotency_mysql_conn_t *conn)
         op->conn = NULL;
 
         ngx_http_idempotency_mysql_discard(conn);
-        ngx_http_idempotency_mysql_op_finish(op,
+        ngx_http_idempotency_mysql_finish_all(op,
                                         NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR);
         ngx_http_idempotency_mysql_kick(conns);
 
@@ -1322,7 +1961,7 @@ ngx_http_idempotency_mysql_done(ngx_http_idempotency_mysql_conn_t *conn,
     conn->events = 0;
     conn->reused = 1;
 
-    ngx_http_idempotency_mysql_op_finish(op, rc);
+    ngx_http_idempotency_mysql_finish_all(op, rc);
 
     return NGX_OK;
 }
@@ -1351,7 +1990,7 @@ ngx_http_idempotency_mysql_abort_op(ngx_http_idempotency_mysql_conn_t *conn,
 
     ngx_http_idempotency_mysql_op_error(op, CR_UNKNOWN_ERROR, (u_char *) text,
                                         ngx_strlen(text));
-    ngx_http_idempotency_mysql_op_finish(op, rc);
+    ngx_http_idempotency_mysql_finish_all(op, rc);
     ngx_http_idempotency_mysql_kick(conns);
 
     return NGX_DONE;
@@ -1715,6 +2354,8 @@ ngx_http_idempotency_mysql_discard(ngx_http_idempotency_mysql_conn_t *conn)
 
     conn->mysql = NULL;
 
+    ngx_http_idempotency_mysql_stmts_free(conn);
+
     if (conn->state == NGX_HTTP_IDEMPOTENCY_MYSQL_CONNECT) {
         conns->nconnect--;
     }
@@ -1738,7 +2379,7 @@ ngx_http_idempotency_mysql_discard(ngx_http_idempotency_mysql_conn_t *conn)
 static void
 ngx_http_idempotency_mysql_op_timeout(ngx_event_t *ev)
 {
-    ngx_http_idempotency_op_t           *op;
+    ngx_http_idempotency_op_t           *op, *m;
     ngx_http_idempotency_mysql_conn_t   *conn;
     ngx_http_idempotency_mysql_conns_t  *conns;
 
@@ -1752,7 +2393,22 @@ ngx_http_idempotency_mysql_op_timeout(ngx_event_t *ev)
                   conns->store->query_timeout,
                   conn ? "" : " waiting for a connection");
 
-    ngx_http_idempotency_mysql_op_finish(op, NGX_HTTP_IDEMPOTENCY_OP_TIMEOUT);
+    if (conn && conn->op != op) {
+        /* one of the others of a batch: it alone ends, the rest goes on */
+
+        for (m = conn->op; m->batch_next != op; m = m->batch_next) {
+            /* void */
+        }
+
+        m->batch_next = op->batch_next;
+        op->batch_next = NULL;
+
+        ngx_http_idempotency_mysql_op_finish(op,
+                                             NGX_HTTP_IDEMPOTENCY_OP_TIMEOUT);
+        return;
+    }
+
+    ngx_http_idempotency_mysql_finish_all(op, NGX_HTTP_IDEMPOTENCY_OP_TIMEOUT);
 
     if (conn == NULL) {
         return;
@@ -1866,6 +2522,11 @@ ngx_http_idempotency_mysql_op_error(ngx_http_idempotency_op_t *op,
 static void
 ngx_http_idempotency_mysql_op_drop(ngx_http_idempotency_op_t *op)
 {
+    if (op->batch_next) {
+        ngx_http_idempotency_mysql_op_drop(op->batch_next);
+        op->batch_next = NULL;
+    }
+
     if (op->timer.timer_set) {
         ngx_del_timer(&op->timer);
     }

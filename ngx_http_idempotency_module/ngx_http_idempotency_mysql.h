@@ -2,10 +2,12 @@
 /*
  * ngx_http_idempotency_module: non-blocking MySQL connections.
  *
- * An "op" is one round trip: a statement string (several statements
- * separated by ';' are allowed and sent as one COM_QUERY) run on a kept-alive
- * connection of one shard.  The op owns its memory (op->pool) so that it
- * may outlive the request that started it.
+ * An "op" is one round trip on a kept-alive connection of one shard:
+ * either a statement string (several statements separated by ';' are
+ * allowed and sent as one COM_QUERY), or one execution of a prepared
+ * statement (op->stmt), which the connection prepares the first time it
+ * runs one of that slot and keeps for its life.  The op owns its memory
+ * (op->pool) so that it may outlive the request that started it.
  */
 
 
@@ -17,6 +19,14 @@
 
 
 #define NGX_HTTP_IDEMPOTENCY_MAX_FIELDS   16
+#define NGX_HTTP_IDEMPOTENCY_MAX_PARAMS   10
+
+/* prepared statement slots of a connection, 1 .. STMTS - 1 (sql.h) */
+#define NGX_HTTP_IDEMPOTENCY_STMTS        5
+
+/* ops of one kind that may share a statement, and its markers at most */
+#define NGX_HTTP_IDEMPOTENCY_BATCH_MAX    16
+#define NGX_HTTP_IDEMPOTENCY_MAX_BINDS    (16 * 9)
 
 /* op->rc */
 #define NGX_HTTP_IDEMPOTENCY_OP_OK          0
@@ -31,6 +41,19 @@ typedef struct ngx_http_idempotency_op_s  ngx_http_idempotency_op_t;
 typedef void (*ngx_http_idempotency_op_handler_pt)(
     ngx_http_idempotency_op_t *op);
 
+/* the text of the statement that n ops of one kind share (sql.c) */
+typedef ngx_str_t *(*ngx_http_idempotency_batch_pt)(
+    ngx_http_idempotency_shard_t *shard, ngx_uint_t n);
+
+
+/* a value bound to a marker: bytes, SQL NULL (data NULL, len 0), or num */
+typedef struct {
+    u_char                               *data;
+    unsigned long                         len;
+    long long                             num;
+    unsigned                              is_num:1;
+} ngx_http_idempotency_param_t;
+
 
 struct ngx_http_idempotency_op_s {
     ngx_pool_t                           *pool;
@@ -40,7 +63,26 @@ struct ngx_http_idempotency_op_s {
     ngx_uint_t                            kind;     /* for metrics.h */
     ngx_msec_t                            started;  /* op_run() */
 
-    ngx_str_t                             sql;      /* in op->pool */
+    ngx_str_t                             sql;      /* in op->pool, or
+                                                       the text of stmt */
+
+    /* prepared: the slot (0: sql is sent as text), and its values */
+    ngx_uint_t                            stmt;
+    ngx_uint_t                            nparams;
+    ngx_http_idempotency_param_t  params[NGX_HTTP_IDEMPOTENCY_MAX_PARAMS];
+
+    /*
+     * Batchable (batch is not NULL): the ops of this slot that wait at
+     * the same time run as one statement of n rows.  Its markers are
+     * bound group by group (groups separated by ',' in layout); within a
+     * group, op by op, the params whose indexes the group lists.  When
+     * the statement changes fewer rows than it has ops, which ones it
+     * changed is unknown: each op runs again on its own (rerun), or gets
+     * affected_rows 0 and learns the rest from its next statement.
+     */
+    ngx_http_idempotency_batch_pt         batch;
+    const char                           *layout;
+    unsigned                              rerun:1;
 
     /* called once, never from inside ngx_http_idempotency_op_run() */
     ngx_http_idempotency_op_handler_pt    handler;
@@ -69,6 +111,8 @@ struct ngx_http_idempotency_op_s {
     ngx_queue_t                           queue;
     ngx_event_t                           timer;
     void                                 *conn;
+    ngx_http_idempotency_op_t            *batch_next;  /* the others */
+    unsigned                              single:1;    /* not again */
 };
 
 
@@ -78,6 +122,18 @@ struct ngx_http_idempotency_op_s {
  */
 ngx_http_idempotency_op_t *ngx_http_idempotency_op_create(
     ngx_http_idempotency_shard_t *shard, ngx_log_t *log, size_t sql_size);
+
+/*
+ * The next marker's value: bytes copied into op->pool (data NULL: SQL
+ * NULL), bytes that stay where they are until the op's handler runs
+ * (op_ref), or a number.
+ */
+ngx_int_t ngx_http_idempotency_op_bytes(ngx_http_idempotency_op_t *op,
+    u_char *data, size_t len);
+void ngx_http_idempotency_op_ref(ngx_http_idempotency_op_t *op,
+    u_char *data, size_t len);
+void ngx_http_idempotency_op_num(ngx_http_idempotency_op_t *op,
+    long long num);
 
 /* queues or starts the op; the handler (if any) is always called later */
 void ngx_http_idempotency_op_run(ngx_http_idempotency_op_t *op);
