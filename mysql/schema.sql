@@ -1,7 +1,10 @@
 -- ngx_http_idempotency_module: the key table.
 --
--- One row per (scope, key).  The UNIQUE key on key_hash is the whole
--- guarantee: the database lets exactly one claim of a key succeed.
+-- One row per (scope, key).  The primary key on key_hash is the whole
+-- guarantee: the database lets exactly one claim of a key succeed.  Being
+-- the primary key (not a UNIQUE key beside an AUTO_INCREMENT id), it is
+-- also the one index a claim, a read and a completion touch: a duplicate
+-- INSERT is refused before any row is written.
 -- Times are UTC and always compared with the database's own clock.
 --
 -- state: 0 in progress (owner holds a lease), 1 completed (response
@@ -12,7 +15,6 @@
 -- (docs/design.md, "Purge").
 
 CREATE TABLE IF NOT EXISTS idempotency_keys (
-    id           BIGINT UNSIGNED  NOT NULL AUTO_INCREMENT,
     key_hash     BINARY(32)       NOT NULL,
     state        TINYINT UNSIGNED NOT NULL DEFAULT 0,
     owner        BINARY(16)       NOT NULL,
@@ -22,7 +24,13 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
     expires_at   DATETIME(3)      NOT NULL,
     status       SMALLINT UNSIGNED NULL,
     response     LONGBLOB         NULL,
-    PRIMARY KEY (id),
-    UNIQUE KEY uk_key_hash (key_hash),
+    PRIMARY KEY (key_hash),
     KEY ix_expires_at (expires_at)
 ) ENGINE=InnoDB DEFAULT CHARSET=binary;
+
+-- A table made by an earlier version (an AUTO_INCREMENT id as its primary
+-- key and a UNIQUE key on key_hash) works as it is; this turns it into
+-- the one above, rebuilding the table:
+--
+--   ALTER TABLE idempotency_keys DROP COLUMN id, DROP INDEX uk_key_hash,
+--       ADD PRIMARY KEY (key_hash);

@@ -3,12 +3,14 @@
  * ngx_http_idempotency_module: from a known key to a verdict.
  *
  * The tiers are asked first; decide() is the one place that then chooses
- * between a tier's response and a claim in MySQL.  The claim is one
- * round trip; its row gives the verdict: forward (the key is ours),
- * replay, 410, 422, or a key in progress elsewhere, which is held
- * (hold.c) and decided again when the hold ends, or gets 409.  A won
- * claim is held by the request until the completion takes it over
- * (handed_over) or it is given back (release).
+ * between a tier's response and a claim in MySQL.  A claim is a few
+ * prepared statements (sql.c), one round trip each: the INSERT of a new
+ * key, the READ of a key that exists, the TAKE of a key past retention or
+ * of a dead owner.  A new key costs the INSERT only.  The row gives the
+ * verdict: forward (the key is ours), replay, 410, 422, or a key in
+ * progress elsewhere, which is held (hold.c) and decided again when the
+ * hold ends, or gets 409.  A won claim is held by the request until the
+ * completion takes it over (handed_over) or it is given back (release).
  */
 
 
@@ -24,12 +26,25 @@
 
 
 /*
- * How many claims one request makes: after a 1213 (a lost race at
- * commit, claimed again after a pause) and after a row that went away
- * between the claim's INSERT and its SELECT (claimed again at once).
+ * How often one request claims: after a 1213 (a lost race at commit,
+ * claimed again after a pause), and how many steps it takes otherwise
+ * (a row that went away between the INSERT and the READ, or changed
+ * between the READ and the TAKE, sends the claim round again at once).
  */
 #define NGX_HTTP_IDEMPOTENCY_LOST_TRIES   8
-#define NGX_HTTP_IDEMPOTENCY_NOROW_TRIES  8
+#define NGX_HTTP_IDEMPOTENCY_STEP_TRIES   16
+
+/*
+ * Which step a claim starts with.  The share of claims that found their
+ * key already there is averaged over about the last 32 claims of this
+ * worker on this server (shard->existing, 0 .. EXISTING_ONE): while it is
+ * under half, a claim starts with the INSERT, and a first request is one
+ * round trip; above it, with the READ, and a duplicate is one point read
+ * instead of a refused INSERT and a read.  A key already seen in
+ * progress by this request (a held duplicate's poll) is always read.
+ */
+#define NGX_HTTP_IDEMPOTENCY_EXISTING_ONE 1024
+#define NGX_HTTP_IDEMPOTENCY_EXISTING_AVG 32
 
 
 /* what an orphaned claim needs to give the key back */
@@ -44,6 +59,14 @@ static void ngx_http_idempotency_decide(ngx_http_idempotency_ctx_t *ctx,
     ngx_int_t rc);
 static void ngx_http_idempotency_claim(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx);
+static void ngx_http_idempotency_claim_step(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, ngx_uint_t stmt, ngx_uint_t urgent);
+static void ngx_http_idempotency_claim_seen(ngx_http_idempotency_ctx_t *ctx,
+    ngx_uint_t existing);
+static ngx_int_t ngx_http_idempotency_claim_next(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op);
+static ngx_uint_t ngx_http_idempotency_claim_won(
+    ngx_http_idempotency_op_t *op);
 static ngx_int_t ngx_http_idempotency_token(ngx_http_idempotency_ctx_t *ctx);
 static void ngx_http_idempotency_claim_done(ngx_http_idempotency_op_t *op);
 static ngx_int_t ngx_http_idempotency_claim_lost(ngx_http_request_t *r,
@@ -118,25 +141,52 @@ ngx_http_idempotency_decide(ngx_http_idempotency_ctx_t *ctx, ngx_int_t rc)
 }
 
 
-/* one store round trip; claim_done() takes the verdict from there */
+/* a claim starts; claim_done() takes each step's result from there */
 
 static void
 ngx_http_idempotency_claim(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx)
+{
+    ngx_uint_t  stmt;
+
+    stmt = (ctx->in_progress
+            || ctx->shard->existing > NGX_HTTP_IDEMPOTENCY_EXISTING_ONE / 2)
+           ? NGX_HTTP_IDEMPOTENCY_STMT_READ : NGX_HTTP_IDEMPOTENCY_STMT_CLAIM;
+
+    ctx->take = 0;
+
+    ngx_http_idempotency_claim_step(r, ctx, stmt, 0);
+}
+
+
+/* one round trip of a claim */
+
+static void
+ngx_http_idempotency_claim_step(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, ngx_uint_t stmt, ngx_uint_t urgent)
 {
     ngx_http_idempotency_op_t     *op;
     ngx_http_idempotency_claim_t   cl;
 
     op = NULL;
 
-    if (ngx_http_idempotency_token(ctx) == NGX_OK) {
+    /*
+     * A READ before the request's first write needs no token: no row can
+     * be its own yet (owner = NULL is never true), and a duplicate that
+     * the READ answers never draws one.
+     */
+
+    if ((stmt == NGX_HTTP_IDEMPOTENCY_STMT_READ && !ctx->has_token)
+        || ngx_http_idempotency_token(ctx) == NGX_OK)
+    {
         cl.key_hash = ctx->key_hash;
-        cl.owner = ctx->token;
+        cl.owner = ctx->has_token ? ctx->token : NULL;
         cl.fingerprint = ctx->conf->fingerprint ? ctx->fingerprint : NULL;
         cl.lease = ctx->conf->lease;
         cl.ttl = ctx->conf->ttl;
 
-        op = ngx_http_idempotency_sql_claim(ctx->shard, ngx_cycle->log, &cl);
+        op = ngx_http_idempotency_sql_claim(ctx->shard, ngx_cycle->log, stmt,
+                                            &cl);
     }
 
     if (op == NULL) {
@@ -148,6 +198,9 @@ ngx_http_idempotency_claim(ngx_http_request_t *r,
 
     op->handler = ngx_http_idempotency_claim_done;
     op->data = ctx;
+
+    /* a claim under way goes ahead of the claims that start */
+    op->urgent = urgent;
 
     ctx->op = op;
     ctx->state = NGX_HTTP_IDEMPOTENCY_S_STORE;
@@ -187,6 +240,7 @@ ngx_http_idempotency_token(ngx_http_idempotency_ctx_t *ctx)
 static void
 ngx_http_idempotency_claim_done(ngx_http_idempotency_op_t *op)
 {
+    ngx_int_t                    next;
     ngx_http_request_t          *r;
     ngx_http_idempotency_ctx_t  *ctx;
 
@@ -195,23 +249,24 @@ ngx_http_idempotency_claim_done(ngx_http_idempotency_op_t *op)
 
     ctx->op = NULL;
 
-    if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK
-        && op->nrows == 1
-        && op->nfields >= NGX_HTTP_IDEMPOTENCY_F_COUNT)
-    {
-        if (ngx_http_idempotency_verdict(r, ctx, op) == NGX_AGAIN) {
+    if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK) {
+
+        next = ngx_http_idempotency_claim_next(r, ctx, op);
+
+        if (next == NGX_AGAIN) {
+            /* held */
             return;
         }
 
-    } else if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK
-               && op->nrows == 0
-               && op->affected_rows == 1)
-    {
-        /* the INSERT made the row: a new key, and no SELECT was run */
+        if (next > 0) {
+            if (ctx->tries - ctx->lost < NGX_HTTP_IDEMPOTENCY_STEP_TRIES) {
+                ngx_http_idempotency_claim_step(r, ctx, next, 1);
+                return;
+            }
 
-        ctx->tier = NGX_HTTP_IDEMPOTENCY_TIER_MYSQL;
-        ngx_http_idempotency_won(r, ctx, ctx->conf->ttl,
-                                 NGX_HTTP_IDEMPOTENCY_NEW);
+            op->nrows = 0;
+            ngx_http_idempotency_store_failed(r, ctx, op);
+        }
 
     } else if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR
                && op->err == 1213)
@@ -220,27 +275,98 @@ ngx_http_idempotency_claim_done(ngx_http_idempotency_op_t *op)
             return;
         }
 
-    } else if (ctx->tries - ctx->lost < NGX_HTTP_IDEMPOTENCY_NOROW_TRIES
-               && op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK
-               && op->nrows == 0)
-    {
-        /*
-         * The row existed, but the owner's release deleted it between our
-         * INSERT and SELECT: claiming again reads (or wins) the current
-         * row.
-         */
-
-        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                       "idempotency: claim lost a race, claiming again");
-
-        ngx_http_idempotency_claim(r, ctx);
-        return;
-
     } else {
         ngx_http_idempotency_store_failed(r, ctx, op);
     }
 
     ngx_http_idempotency_resume(r);
+}
+
+
+/*
+ * A step's result: 0 when the request is decided (and is to resume), the
+ * statement the claim goes on with, or NGX_AGAIN when the verdict waits
+ * (a held duplicate).
+ */
+
+static ngx_int_t
+ngx_http_idempotency_claim_next(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op)
+{
+    ngx_uint_t  first;
+
+    first = (ctx->tries - ctx->lost == 1 && !ctx->in_progress);
+
+    ctx->tier = NGX_HTTP_IDEMPOTENCY_TIER_MYSQL;
+
+    switch (op->stmt) {
+
+    case NGX_HTTP_IDEMPOTENCY_STMT_CLAIM:
+
+        if (first) {
+            ngx_http_idempotency_claim_seen(ctx, op->affected_rows == 0);
+        }
+
+        if (op->affected_rows == 1) {
+            /* the INSERT made the row: a new key, nothing was read */
+            ngx_http_idempotency_won(r, ctx, ctx->conf->ttl,
+                                     NGX_HTTP_IDEMPOTENCY_NEW);
+            return 0;
+        }
+
+        return NGX_HTTP_IDEMPOTENCY_STMT_READ;
+
+    case NGX_HTTP_IDEMPOTENCY_STMT_READ:
+
+        if (first) {
+            ngx_http_idempotency_claim_seen(ctx, op->nrows != 0);
+        }
+
+        if (op->nrows == 0) {
+            /* no such key, or its owner's release deleted it since */
+            return NGX_HTTP_IDEMPOTENCY_STMT_CLAIM;
+        }
+
+        if (op->nfields < NGX_HTTP_IDEMPOTENCY_F_COUNT) {
+            ngx_http_idempotency_store_failed(r, ctx, op);
+            return 0;
+        }
+
+        if (ngx_http_idempotency_verdict(r, ctx, op) == NGX_AGAIN) {
+            return NGX_AGAIN;
+        }
+
+        return ctx->take ? NGX_HTTP_IDEMPOTENCY_STMT_TAKE : 0;
+
+    default: /* NGX_HTTP_IDEMPOTENCY_STMT_TAKE */
+
+        if (op->affected_rows == 0) {
+            /* the row changed since it was read: read it again */
+            ctx->take = 0;
+            return NGX_HTTP_IDEMPOTENCY_STMT_READ;
+        }
+
+        ngx_http_idempotency_won(r, ctx,
+                                 (ctx->take == NGX_HTTP_IDEMPOTENCY_TAKE_LEASE)
+                                 ? ctx->take_ttl : ctx->conf->ttl,
+                                 (ctx->take == NGX_HTTP_IDEMPOTENCY_TAKE_LEASE)
+                                 ? NGX_HTTP_IDEMPOTENCY_TAKEOVER
+                                 : NGX_HTTP_IDEMPOTENCY_NEW);
+        return 0;
+    }
+}
+
+
+static void
+ngx_http_idempotency_claim_seen(ngx_http_idempotency_ctx_t *ctx,
+    ngx_uint_t existing)
+{
+    ngx_int_t  *avg;
+
+    avg = &ctx->shard->existing;
+
+    *avg += ((existing ? NGX_HTTP_IDEMPOTENCY_EXISTING_ONE : 0) - *avg)
+            / NGX_HTTP_IDEMPOTENCY_EXISTING_AVG;
 }
 
 
@@ -361,20 +487,23 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
     /* the retention left, by the database's clock, in whole seconds */
     ttl_s = ngx_http_idempotency_atoi(&f[NGX_HTTP_IDEMPOTENCY_F_TTL_S]);
 
-    ctx->tier = NGX_HTTP_IDEMPOTENCY_TIER_MYSQL;
-
     if (ngx_http_idempotency_atoi(&f[NGX_HTTP_IDEMPOTENCY_F_MINE]) == 1) {
 
-        /* won: an expired key, a dead owner's, or (after a retried
-         * round trip) our own new row */
+        /* our own row: an INSERT that committed, but whose answer was
+         * lost with its connection, and was sent again */
 
-        take = ngx_http_idempotency_atoi(&f[NGX_HTTP_IDEMPOTENCY_F_TAKE]);
+        ngx_http_idempotency_won(r, ctx, ttl_s, NGX_HTTP_IDEMPOTENCY_NEW);
+        return NGX_OK;
+    }
 
-        ngx_http_idempotency_won(r, ctx, ttl_s,
-                                 (op->affected_rows == 2
-                                  && take == NGX_HTTP_IDEMPOTENCY_TAKE_LEASE)
-                                 ? NGX_HTTP_IDEMPOTENCY_TAKEOVER
-                                 : NGX_HTTP_IDEMPOTENCY_NEW);
+    take = ngx_http_idempotency_atoi(&f[NGX_HTTP_IDEMPOTENCY_F_TAKE]);
+
+    if (take == NGX_HTTP_IDEMPOTENCY_TAKE_EXPIRED
+        || take == NGX_HTTP_IDEMPOTENCY_TAKE_LEASE)
+    {
+        /* past retention, or its owner died: the TAKE decides */
+        ctx->take = take;
+        ctx->take_ttl = ttl_s;
         return NGX_OK;
     }
 
@@ -755,20 +884,29 @@ ngx_http_idempotency_orphan_done(ngx_http_idempotency_op_t *op)
 
     o = op->data;
 
-    if (op->rc != NGX_HTTP_IDEMPOTENCY_OP_OK) {
-        return;
-    }
-
-    /* a new row (no SELECT was run), or a row the SELECT says is ours */
-
-    if ((op->nrows == 0 && op->affected_rows == 1)
-        || (op->nrows == 1
-            && op->nfields >= NGX_HTTP_IDEMPOTENCY_F_COUNT
-            && ngx_http_idempotency_atoi(
-                   &op->fields[NGX_HTTP_IDEMPOTENCY_F_MINE]) == 1))
-    {
+    if (ngx_http_idempotency_claim_won(op)) {
         ngx_http_idempotency_release_key(o->shard, o->key_hash, o->token);
     }
+}
+
+
+/* the step made the key ours: an INSERT or a TAKE, or READ says so */
+
+static ngx_uint_t
+ngx_http_idempotency_claim_won(ngx_http_idempotency_op_t *op)
+{
+    if (op->rc != NGX_HTTP_IDEMPOTENCY_OP_OK) {
+        return 0;
+    }
+
+    if (op->stmt != NGX_HTTP_IDEMPOTENCY_STMT_READ) {
+        return op->affected_rows == 1;
+    }
+
+    return op->nrows == 1
+           && op->nfields >= NGX_HTTP_IDEMPOTENCY_F_COUNT
+           && ngx_http_idempotency_atoi(
+                  &op->fields[NGX_HTTP_IDEMPOTENCY_F_MINE]) == 1;
 }
 
 

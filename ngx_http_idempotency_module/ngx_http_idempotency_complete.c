@@ -2,8 +2,8 @@
 /*
  * ngx_http_idempotency_module: the completion write.
  *
- *     UPDATE t SET state = 1, status = :s, response = X'<record>', ...
- *      WHERE key_hash = :kh AND owner = :me
+ *     UPDATE t SET state = 1, status = ?, response = ?, ...
+ *      WHERE key_hash = ? AND owner = ?          (prepared, sql.c)
  *
  * The job owns the captured response (the capture pool) and outlives the
  * request.  Until the write is committed it keeps renewing the lease, so
@@ -35,13 +35,16 @@
  * configured in practice; above it the server's value is asked once */
 #define NGX_HTTP_IDEMPOTENCY_SAFE_PACKET     (1024 * 1024)
 
+/* what the execute packet carries besides the record */
+#define NGX_HTTP_IDEMPOTENCY_PACKET_EXTRA    128
+
 
 typedef struct {
     ngx_pool_t                     *pool;
     ngx_http_idempotency_store_t   *store;
     ngx_http_idempotency_shard_t   *shard;
     ngx_http_idempotency_ctx_t     *ctx;       /* NULL once it ended */
-    ngx_str_t                       sql;
+    ngx_str_t                       record;    /* bound to the UPDATE */
     ngx_str_t                       key;
     ngx_uint_t                      status;
     ngx_uint_t                      tries;
@@ -66,7 +69,7 @@ typedef struct {
 } ngx_http_idempotency_job_t;
 
 
-static ngx_int_t ngx_http_idempotency_job_sql(
+static ngx_int_t ngx_http_idempotency_job_record(
     ngx_http_idempotency_job_t *job);
 static void ngx_http_idempotency_job_unstored(ngx_http_idempotency_job_t *job,
     ngx_str_t *why);
@@ -122,7 +125,8 @@ ngx_http_idempotency_complete(ngx_http_idempotency_ctx_t *ctx)
     job->key.data = ngx_pstrdup(pool, &ctx->key_id);
     job->key.len = ctx->key_id.len;
 
-    if (job->key.data == NULL || ngx_http_idempotency_job_sql(job) != NGX_OK)
+    if (job->key.data == NULL
+        || ngx_http_idempotency_job_record(job) != NGX_OK)
     {
         ngx_http_idempotency_release(ctx, "no memory");
         return NGX_ERROR;
@@ -171,16 +175,40 @@ ngx_http_idempotency_complete_detach(ngx_http_idempotency_ctx_t *ctx)
 }
 
 
+/* head, body length, body: in one piece, as the driver sends a value */
+
 static ngx_int_t
-ngx_http_idempotency_job_sql(ngx_http_idempotency_job_t *job)
+ngx_http_idempotency_job_record(ngx_http_idempotency_job_t *job)
 {
-    return ngx_http_idempotency_sql_complete(job->pool, job->store,
-                                             job->key_hash, job->token,
-                                             job->status,
-                                             job->head.len ? &job->head
-                                                           : NULL,
-                                             job->body, job->body_len,
-                                             &job->sql);
+    u_char       *p;
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+
+    if (job->head.len == 0) {
+        ngx_str_null(&job->record);
+        return NGX_OK;
+    }
+
+    job->record.len = job->head.len + 4 + job->body_len;
+
+    p = ngx_pnalloc(job->pool, job->record.len);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    job->record.data = p;
+
+    p = ngx_cpymem(p, job->head.data, job->head.len);
+
+    ngx_http_idempotency_record_body_len(p, job->body_len);
+    p += 4;
+
+    for (cl = job->body; cl; cl = cl->next) {
+        b = cl->buf;
+        p = ngx_cpymem(p, b->pos, b->last - b->pos);
+    }
+
+    return NGX_OK;
 }
 
 
@@ -195,7 +223,7 @@ ngx_http_idempotency_job_unstored(ngx_http_idempotency_job_t *job,
                   "\"%V\" (%uz bytes) cannot be stored: %V; recorded as "
                   "executed, not stored (retries get 410)",
                   &job->store->name, &job->shard->name, &job->key,
-                  job->sql.len, why);
+                  job->record.len, why);
 
     job->head.len = 0;
     job->body = NULL;
@@ -206,6 +234,7 @@ ngx_http_idempotency_job_unstored(ngx_http_idempotency_job_t *job,
 static void
 ngx_http_idempotency_job_run(ngx_event_t *ev)
 {
+    size_t                         size;
     ngx_http_idempotency_op_t     *op;
     ngx_http_idempotency_job_t    *job;
     ngx_http_idempotency_shard_t  *shard;
@@ -222,33 +251,32 @@ ngx_http_idempotency_job_run(ngx_event_t *ev)
      * client may see only that): check it against max_allowed_packet.
      */
 
+    size = job->record.len + NGX_HTTP_IDEMPOTENCY_PACKET_EXTRA;
+
     if (job->head.len
-        && (job->sql.len > NGX_HTTP_IDEMPOTENCY_SAFE_PACKET || job->lost))
+        && (size > NGX_HTTP_IDEMPOTENCY_SAFE_PACKET || job->lost))
     {
         if ((shard->max_packet == 0 || job->lost) && !job->asked) {
             ngx_http_idempotency_job_ask(job);
             return;
         }
 
-        if (shard->max_packet && job->sql.len >= shard->max_packet) {
+        if (shard->max_packet && size >= shard->max_packet) {
             ngx_http_idempotency_job_unstored(job, &too_large);
-
-            if (ngx_http_idempotency_job_sql(job) != NGX_OK) {
-                ngx_http_idempotency_job_end(job);
-                return;
-            }
+            (void) ngx_http_idempotency_job_record(job);
         }
     }
 
-    op = ngx_http_idempotency_op_create(shard, ngx_cycle->log, 0);
+    op = ngx_http_idempotency_sql_complete(shard, ngx_cycle->log,
+                                           job->key_hash, job->token,
+                                           job->status,
+                                           job->record.len ? &job->record
+                                                           : NULL);
     if (op == NULL) {
         ngx_http_idempotency_job_end(job);
         return;
     }
 
-    op->name = "complete";
-    op->kind = NGX_HTTP_IDEMPOTENCY_OP_COMPLETE;
-    op->sql = job->sql;
     op->urgent = 1;
     op->handler = ngx_http_idempotency_job_done;
     op->data = job;
@@ -349,11 +377,7 @@ ngx_http_idempotency_job_done(ngx_http_idempotency_op_t *op)
 
     if (job->head.len && ngx_http_idempotency_job_repeats(op)) {
         ngx_http_idempotency_job_unstored(job, &op->err_text);
-
-        if (ngx_http_idempotency_job_sql(job) != NGX_OK) {
-            ngx_http_idempotency_job_end(job);
-            return;
-        }
+        (void) ngx_http_idempotency_job_record(job);
 
         ngx_http_idempotency_job_run(&job->retry);
         return;

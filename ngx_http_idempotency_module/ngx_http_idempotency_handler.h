@@ -62,8 +62,10 @@ struct ngx_http_idempotency_ctx_s {
     ngx_http_idempotency_op_t         *op;         /* claim in flight */
     ngx_msec_t                         claimed;    /* claim sent at */
     ngx_http_idempotency_lease_t       lease;
-    ngx_uint_t                         tries;      /* claims in a row */
+    ngx_uint_t                         tries;      /* claim steps */
     ngx_uint_t                         lost;       /* of them: 1213 */
+    ngx_uint_t                         take;       /* READ said: TAKE_* */
+    time_t                             take_ttl;   /* retention it said */
     ngx_msec_t                         wait_until;
     ngx_msec_t                         poll_delay;
     ngx_event_t                        wait_ev;

@@ -98,7 +98,7 @@ static ngx_msec_t  ngx_http_idempotency_metrics_le[] = {
 
 static const char  *ngx_http_idempotency_metrics_ops_names[] = {
     NULL, "claim", "renew", "complete", "release", "purge", "redis_get",
-    "redis_set"
+    "redis_set", "read", "takeover"
 };
 
 static const char  *ngx_http_idempotency_metrics_tier_names[] = {

@@ -57,6 +57,7 @@ typedef struct {
     ngx_http_idempotency_store_t   *store;
     void                           *conns;
     size_t                          max_packet; /* per worker, 0: unknown */
+    ngx_int_t                       existing;  /* per worker, claim.c */
 } ngx_http_idempotency_shard_t;
 
 
@@ -74,6 +75,7 @@ struct ngx_http_idempotency_store_s {
     ngx_msec_t                      purge;     /* interval, 0: off */
     ngx_uint_t                      purge_batch;
     ngx_msec_t                      min_lease; /* of its locations */
+    ngx_str_t                      *stmts;     /* per worker, sql.c */
     ngx_uint_t                      ssl;       /* NGX_HTTP_..._SSL_* */
     ngx_str_t                       ssl_ca;    /* full paths, NUL-ended, */
     ngx_str_t                       ssl_cert;  /* len 0: none */

@@ -22,93 +22,390 @@ static u_char *ngx_http_idempotency_hex(u_char *p, u_char *src, size_t len);
 
 
 /*
- * One round trip for every verdict.  The INSERT claims a new key; on a
- * duplicate, ON DUPLICATE KEY UPDATE takes the row over only when it is
- * past retention (a new operation; never while its owner still holds a
- * live lease) or in progress with a dead lease and the same fingerprint
- * (the owner died).  @idem_take is computed in the
- * first assignment, from the row as it was, and the others reuse it.
- * The SELECT then tells the caller who holds the key and, for a
- * completed key with the same fingerprint, returns the stored response
- * (a mismatch is answered 422 without reading it).  When the INSERT made a
- * new row (ROW_COUNT() is 1), the caller holds it and knows all the
- * SELECT would say: the condition is constant, so MariaDB answers with
- * an empty result without reading the table.
+ * The claim's statements, prepared once per connection (mysql.c) and
+ * executed with the key, owner and fingerprint bound as bytes.  None
+ * uses VALUES() in ON DUPLICATE KEY UPDATE or a user variable, which
+ * MySQL 8 deprecates; docs/design.md, "Servers".
+ *
+ * A first request is one INSERT IGNORE: a new row is ours (one affected
+ * row), and nothing is read.  A key that exists is read by a point
+ * SELECT on the primary key, without a row lock or undo; it tells who
+ * holds the key, whether the key may be taken over (past retention and
+ * not held by a live lease: a new operation; or in progress with a dead
+ * lease and the same fingerprint: the owner died), and, for a completed
+ * key with the same fingerprint, the stored response (never read for a
+ * mismatch, a key in progress or an expired key).  A takeover is an
+ * UPDATE conditional on the same tests, so of two requests taking the
+ * same row over only one changes it.
+ *
+ * A fingerprint bound as NULL compares as equal: the location does not
+ * compare fingerprints (and stores zeros).
  */
 
-static const char  ngx_http_idempotency_claim_sql[] =
-    "INSERT INTO `%V` (key_hash, state, owner, fingerprint, created_at, "
-    "lease_until, expires_at) VALUES (%s, 0, %s, %s, UTC_TIMESTAMP(3), "
-    "UTC_TIMESTAMP(3) + INTERVAL %M000 MICROSECOND, "
-    "UTC_TIMESTAMP(3) + INTERVAL %T SECOND) "
-    "ON DUPLICATE KEY UPDATE "
-    "owner = IF(@idem_take := CASE "
-    "WHEN expires_at <= UTC_TIMESTAMP(3) "
-    "AND (state <> 0 OR lease_until <= UTC_TIMESTAMP(3)) THEN 1 "
-    "WHEN state = 0 AND lease_until <= UTC_TIMESTAMP(3) AND %s THEN 2 "
-    "ELSE 0 END, VALUES(owner), owner), "
-    "state = IF(@idem_take, 0, state), "
-    "fingerprint = IF(@idem_take, VALUES(fingerprint), fingerprint), "
-    "created_at = IF(@idem_take = 1, VALUES(created_at), created_at), "
-    "lease_until = IF(@idem_take, VALUES(lease_until), lease_until), "
-    "expires_at = IF(@idem_take = 1, VALUES(expires_at), expires_at), "
-    "status = IF(@idem_take, NULL, status), "
-    "response = IF(@idem_take, NULL, response); "
-    "SELECT state, owner = %s, %s, "
-    "GREATEST(TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(3), expires_at), 0), "
-    "@idem_take, status, IF(%s, response, NULL) FROM `%V` "
-    "WHERE key_hash = %s "
-    "AND ROW_COUNT() <> 1";
+#define NGX_HTTP_IDEMPOTENCY_SQL_EXPIRED                                     \
+    "expires_at <= UTC_TIMESTAMP(3) "                                        \
+    "AND (state <> 0 OR lease_until <= UTC_TIMESTAMP(3))"
+
+#define NGX_HTTP_IDEMPOTENCY_SQL_DEAD                                        \
+    "state = 0 AND lease_until <= UTC_TIMESTAMP(3) "                         \
+    "AND IFNULL(fingerprint = ?, 1)"
 
 
-ngx_http_idempotency_op_t *
-ngx_http_idempotency_sql_claim(ngx_http_idempotency_shard_t *shard,
-    ngx_log_t *log, ngx_http_idempotency_claim_t *cl)
+/* a piece of a statement's text: once, or n times joined by sep */
+typedef struct {
+    const char                    *text;
+    const char                    *sep;
+} ngx_http_idempotency_part_t;
+
+
+typedef struct {
+    ngx_http_idempotency_part_t   *one;      /* the statement of one op */
+    ngx_http_idempotency_part_t   *many;     /* of n ops; NULL: never */
+    ngx_http_idempotency_batch_pt  batch;
+    const char                    *layout;   /* of many's markers */
+    ngx_uint_t                     rerun;    /* mysql.h */
+    ngx_uint_t                     kind;     /* metrics.h */
+} ngx_http_idempotency_stmt_def_t;
+
+
+/* CLAIM: key, owner, fingerprint (zeros: not compared), lease us, ttl */
+
+static ngx_http_idempotency_part_t  ngx_http_idempotency_claim_parts[] = {
+    { "INSERT IGNORE INTO `%V` (key_hash, state, owner, fingerprint, "
+      "created_at, lease_until, expires_at) VALUES ", NULL },
+    { "(?, 0, ?, ?, UTC_TIMESTAMP(3), "
+      "UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND, "
+      "UTC_TIMESTAMP(3) + INTERVAL ? SECOND)", ", " },
+    { NULL, NULL }
+};
+
+
+/* READ: owner, fingerprint x3, key; the columns of sql.h's F_* */
+
+static ngx_http_idempotency_part_t  ngx_http_idempotency_read_parts[] = {
+    { "SELECT state, owner = ?, IFNULL(fingerprint = ?, 1), "
+      "GREATEST(TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(3), expires_at), 0), "
+      "CASE WHEN " NGX_HTTP_IDEMPOTENCY_SQL_EXPIRED " THEN 1 "
+      "WHEN " NGX_HTTP_IDEMPOTENCY_SQL_DEAD " THEN 2 ELSE 0 END, "
+      "status, IF(state = 1 AND expires_at > UTC_TIMESTAMP(3) "
+      "AND IFNULL(fingerprint = ?, 1), response, NULL) "
+      "FROM `%V` WHERE key_hash = ?", NULL },
+    { NULL, NULL }
+};
+
+
+/*
+ * TAKE: owner, fingerprint to store, ttl, lease us, key, fingerprint;
+ * assignments run left to right, so created_at and expires_at are tested
+ * before expires_at changes
+ */
+
+static ngx_http_idempotency_part_t  ngx_http_idempotency_take_parts[] = {
+    { "UPDATE `%V` SET owner = ?, state = 0, fingerprint = ?, "
+      "created_at = IF(expires_at <= UTC_TIMESTAMP(3), "
+      "UTC_TIMESTAMP(3), created_at), "
+      "expires_at = IF(expires_at <= UTC_TIMESTAMP(3), "
+      "UTC_TIMESTAMP(3) + INTERVAL ? SECOND, expires_at), "
+      "lease_until = UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND, "
+      "status = NULL, response = NULL "
+      "WHERE key_hash = ? AND (" NGX_HTTP_IDEMPOTENCY_SQL_EXPIRED " OR "
+      NGX_HTTP_IDEMPOTENCY_SQL_DEAD ")", NULL },
+    { NULL, NULL }
+};
+
+
+/* COMPLETE: state, status, record (NULL: not stored), key, owner */
+
+static ngx_http_idempotency_part_t  ngx_http_idempotency_complete_parts[] = {
+    { "UPDATE `%V` SET state = ?, status = ?, "
+      "lease_until = UTC_TIMESTAMP(3), response = ? "
+      "WHERE key_hash = ? AND owner = ?", NULL },
+    { NULL, NULL }
+};
+
+
+/*
+ * n completions: each row changes only while its owner holds it; the
+ * markers are bound by the layout "30,31,32,3,34" (mysql.h)
+ */
+
+static ngx_http_idempotency_part_t  ngx_http_idempotency_completes_parts[] = {
+    { "UPDATE `%V` SET lease_until = UTC_TIMESTAMP(3), "
+      "state = CASE key_hash", NULL },
+    { " WHEN ? THEN ?", "" },
+    { " END, status = CASE key_hash", NULL },
+    { " WHEN ? THEN ?", "" },
+    { " END, response = CASE key_hash", NULL },
+    { " WHEN ? THEN ?", "" },
+    { " END WHERE key_hash IN (", NULL },
+    { "?", ", " },
+    { ") AND CASE key_hash", NULL },
+    { " WHEN ? THEN owner = ?", "" },
+    { " END", NULL },
+    { NULL, NULL }
+};
+
+
+static ngx_str_t *ngx_http_idempotency_claim_rows(
+    ngx_http_idempotency_shard_t *shard, ngx_uint_t n);
+static ngx_str_t *ngx_http_idempotency_complete_rows(
+    ngx_http_idempotency_shard_t *shard, ngx_uint_t n);
+
+
+static ngx_http_idempotency_stmt_def_t
+    ngx_http_idempotency_stmts[NGX_HTTP_IDEMPOTENCY_STMTS] =
 {
-    size_t                      size;
-    ngx_str_t                  *table;
-    ngx_http_idempotency_op_t  *op;
-    u_char                      kh[NGX_HTTP_IDEMPOTENCY_HEX(32) + 1];
-    u_char                      ow[NGX_HTTP_IDEMPOTENCY_HEX(16) + 1];
-    u_char                      fp[NGX_HTTP_IDEMPOTENCY_HEX(32) + 1];
-    u_char                      fpeq[sizeof("fingerprint = ")
-                                     + NGX_HTTP_IDEMPOTENCY_HEX(32)];
+    { NULL, NULL, NULL, NULL, 0, 0 },
 
-    table = &shard->store->table;
+    /* a claim of a batch that did not make every row reads its own */
+    { ngx_http_idempotency_claim_parts, ngx_http_idempotency_claim_parts,
+      ngx_http_idempotency_claim_rows, "01234", 0,
+      NGX_HTTP_IDEMPOTENCY_OP_CLAIM },
 
-    *ngx_http_idempotency_hex(kh, cl->key_hash, 32) = '\0';
-    *ngx_http_idempotency_hex(ow, cl->owner, 16) = '\0';
+    { ngx_http_idempotency_read_parts, NULL, NULL, NULL, 0,
+      NGX_HTTP_IDEMPOTENCY_OP_READ },
+    { ngx_http_idempotency_take_parts, NULL, NULL, NULL, 0,
+      NGX_HTTP_IDEMPOTENCY_OP_TAKEOVER },
 
-    if (cl->fingerprint) {
-        *ngx_http_idempotency_hex(fp, cl->fingerprint, 32) = '\0';
-        *ngx_sprintf(fpeq, "fingerprint = %s", fp) = '\0';
+    /* 0 rows would say "lease lost": a completion runs again instead */
+    { ngx_http_idempotency_complete_parts,
+      ngx_http_idempotency_completes_parts,
+      ngx_http_idempotency_complete_rows, "30,31,32,3,34", 1,
+      NGX_HTTP_IDEMPOTENCY_OP_COMPLETE }
+};
 
-    } else {
-        /* stored as zeros and never compared */
-        fp[0] = 'X';
-        fp[1] = '\'';
-        ngx_memset(fp + 2, '0', 64);
-        fp[66] = '\'';
-        fp[67] = '\0';
-        fpeq[0] = '1';
-        fpeq[1] = '\0';
+
+static u_char  ngx_http_idempotency_zero_fp[NGX_HTTP_IDEMPOTENCY_HASH_LEN];
+
+
+/* a statement's text for n ops, made once per worker and store */
+
+static ngx_str_t *
+ngx_http_idempotency_stmt_text(ngx_http_idempotency_store_t *store,
+    ngx_uint_t stmt, ngx_uint_t n)
+{
+    u_char                       *p, *last;
+    size_t                        size;
+    ngx_uint_t                    i;
+    ngx_str_t                    *text;
+    ngx_http_idempotency_part_t  *part;
+
+    if (store->stmts == NULL) {
+        store->stmts = ngx_pcalloc(ngx_cycle->pool,
+                                   NGX_HTTP_IDEMPOTENCY_STMTS
+                                   * NGX_HTTP_IDEMPOTENCY_BATCH_MAX
+                                   * sizeof(ngx_str_t));
+        if (store->stmts == NULL) {
+            return NULL;
+        }
     }
 
-    size = sizeof(ngx_http_idempotency_claim_sql) + 2 * table->len
-           + 4 * sizeof(kh) + 2 * sizeof(ow) + 3 * sizeof(fpeq)
-           + sizeof(fp) + 2 * NGX_INT64_LEN;
+    text = &store->stmts[stmt * NGX_HTTP_IDEMPOTENCY_BATCH_MAX + n - 1];
 
-    op = ngx_http_idempotency_op_create(shard, log, size);
+    if (text->len) {
+        return text;
+    }
+
+    part = (n == 1) ? ngx_http_idempotency_stmts[stmt].one
+                    : ngx_http_idempotency_stmts[stmt].many;
+
+    size = store->table.len;
+
+    for (i = 0; part[i].text; i++) {
+        size += part[i].sep ? n * (ngx_strlen(part[i].text)
+                                   + ngx_strlen(part[i].sep))
+                            : ngx_strlen(part[i].text);
+    }
+
+    p = ngx_pnalloc(ngx_cycle->pool, size);
+    if (p == NULL) {
+        return NULL;
+    }
+
+    text->data = p;
+    last = p + size;
+
+    /* the first part names the table */
+    p = ngx_slprintf(p, last, part[0].text, &store->table);
+
+    for (part++; part->text; part++) {
+
+        for (i = 0; i < (part->sep ? n : 1); i++) {
+            if (i) {
+                p = ngx_cpymem(p, part->sep, ngx_strlen(part->sep));
+            }
+
+            p = ngx_cpymem(p, part->text, ngx_strlen(part->text));
+        }
+    }
+
+    text->len = p - text->data;
+
+    return text;
+}
+
+
+static ngx_str_t *
+ngx_http_idempotency_claim_rows(ngx_http_idempotency_shard_t *shard,
+    ngx_uint_t n)
+{
+    return ngx_http_idempotency_stmt_text(shard->store,
+                                          NGX_HTTP_IDEMPOTENCY_STMT_CLAIM, n);
+}
+
+
+static ngx_str_t *
+ngx_http_idempotency_complete_rows(ngx_http_idempotency_shard_t *shard,
+    ngx_uint_t n)
+{
+    return ngx_http_idempotency_stmt_text(shard->store,
+                                          NGX_HTTP_IDEMPOTENCY_STMT_COMPLETE,
+                                          n);
+}
+
+
+/* an op of a prepared statement */
+
+static ngx_http_idempotency_op_t *
+ngx_http_idempotency_stmt_op(ngx_http_idempotency_shard_t *shard,
+    ngx_log_t *log, ngx_uint_t stmt)
+{
+    ngx_str_t                  *text;
+    ngx_http_idempotency_op_t  *op;
+
+    text = ngx_http_idempotency_stmt_text(shard->store, stmt, 1);
+    if (text == NULL) {
+        return NULL;
+    }
+
+    op = ngx_http_idempotency_op_create(shard, log, 0);
     if (op == NULL) {
         return NULL;
     }
 
-    op->name = "claim";
-    op->kind = NGX_HTTP_IDEMPOTENCY_OP_CLAIM;
-    op->sql.len = ngx_sprintf(op->sql.data, ngx_http_idempotency_claim_sql,
-                              table, kh, ow, fp, cl->lease, cl->ttl,
-                              fpeq, ow, fpeq, fpeq, table, kh)
-                  - op->sql.data;
+    op->stmt = stmt;
+    op->sql = *text;
+    op->batch = ngx_http_idempotency_stmts[stmt].batch;
+    op->layout = ngx_http_idempotency_stmts[stmt].layout;
+    op->rerun = ngx_http_idempotency_stmts[stmt].rerun;
+    op->kind = ngx_http_idempotency_stmts[stmt].kind;
+
+    return op;
+}
+
+
+ngx_http_idempotency_op_t *
+ngx_http_idempotency_sql_claim(ngx_http_idempotency_shard_t *shard,
+    ngx_log_t *log, ngx_uint_t stmt, ngx_http_idempotency_claim_t *cl)
+{
+    u_char                     *fp, *stored;
+    ngx_http_idempotency_op_t  *op;
+
+    op = ngx_http_idempotency_stmt_op(shard, log, stmt);
+    if (op == NULL) {
+        return NULL;
+    }
+
+    op->name = (stmt == NGX_HTTP_IDEMPOTENCY_STMT_READ) ? "claim read"
+               : (stmt == NGX_HTTP_IDEMPOTENCY_STMT_TAKE) ? "claim takeover"
+               : "claim";
+
+    fp = cl->fingerprint;
+    stored = fp ? fp : ngx_http_idempotency_zero_fp;
+
+    /*
+     * The request may end while the op waits: its values are copied.
+     * The markers are bound in the order they are added.
+     */
+
+    switch (stmt) {
+
+    case NGX_HTTP_IDEMPOTENCY_STMT_CLAIM:
+        if (ngx_http_idempotency_op_bytes(op, cl->key_hash, 32) != NGX_OK
+            || ngx_http_idempotency_op_bytes(op, cl->owner, 16) != NGX_OK
+            || ngx_http_idempotency_op_bytes(op, stored, 32) != NGX_OK)
+        {
+            goto failed;
+        }
+
+        ngx_http_idempotency_op_num(op, (long long) cl->lease * 1000);
+        ngx_http_idempotency_op_num(op, cl->ttl);
+        break;
+
+    case NGX_HTTP_IDEMPOTENCY_STMT_READ:
+        if (ngx_http_idempotency_op_bytes(op, cl->owner, 16) != NGX_OK
+            || ngx_http_idempotency_op_bytes(op, fp, 32) != NGX_OK
+            || ngx_http_idempotency_op_bytes(op, fp, 32) != NGX_OK
+            || ngx_http_idempotency_op_bytes(op, fp, 32) != NGX_OK
+            || ngx_http_idempotency_op_bytes(op, cl->key_hash, 32) != NGX_OK)
+        {
+            goto failed;
+        }
+
+        break;
+
+    default: /* NGX_HTTP_IDEMPOTENCY_STMT_TAKE */
+        if (ngx_http_idempotency_op_bytes(op, cl->owner, 16) != NGX_OK
+            || ngx_http_idempotency_op_bytes(op, stored, 32) != NGX_OK)
+        {
+            goto failed;
+        }
+
+        ngx_http_idempotency_op_num(op, cl->ttl);
+        ngx_http_idempotency_op_num(op, (long long) cl->lease * 1000);
+
+        if (ngx_http_idempotency_op_bytes(op, cl->key_hash, 32) != NGX_OK
+            || ngx_http_idempotency_op_bytes(op, fp, 32) != NGX_OK)
+        {
+            goto failed;
+        }
+
+        break;
+    }
+
+    return op;
+
+failed:
+
+    ngx_destroy_pool(op->pool);
+
+    return NULL;
+}
+
+
+/*
+ * The record is bound as bytes: no byte of the response is ever read as
+ * SQL text, whatever the session's character set and sql_mode.  It stays
+ * in the caller's memory until the op's handler runs.
+ */
+
+ngx_http_idempotency_op_t *
+ngx_http_idempotency_sql_complete(ngx_http_idempotency_shard_t *shard,
+    ngx_log_t *log, u_char *key_hash, u_char *owner, ngx_uint_t status,
+    ngx_str_t *record)
+{
+    ngx_http_idempotency_op_t  *op;
+
+    op = ngx_http_idempotency_stmt_op(shard, log,
+                                      NGX_HTTP_IDEMPOTENCY_STMT_COMPLETE);
+    if (op == NULL) {
+        return NULL;
+    }
+
+    op->name = "complete";
+
+    ngx_http_idempotency_op_num(op, record ? NGX_HTTP_IDEMPOTENCY_ROW_DONE
+                                           : NGX_HTTP_IDEMPOTENCY_ROW_UNSTORED);
+    ngx_http_idempotency_op_num(op, status);
+    ngx_http_idempotency_op_ref(op, record ? record->data : NULL,
+                                record ? record->len : 0);
+
+    if (ngx_http_idempotency_op_bytes(op, key_hash, 32) != NGX_OK
+        || ngx_http_idempotency_op_bytes(op, owner, 16) != NGX_OK)
+    {
+        ngx_destroy_pool(op->pool);
+        return NULL;
+    }
 
     return op;
 }
@@ -193,20 +490,21 @@ ngx_http_idempotency_sql_max_packet(ngx_http_idempotency_shard_t *shard,
  * The purge lease is a reserved row of the key table (key hash all zeros,
  * never the SHA-256 of a real key, expiring in 9999), so that purging
  * needs no other table or privilege and works the same on Galera, where
- * GET_LOCK() is refused.  The statement takes the row over when its lease
- * has ended or when it is ours already; SELECT tells which.
+ * GET_LOCK() is refused.  The row is made if it is missing, then taken
+ * over when its lease has ended or renewed when it is ours already; the
+ * SELECT tells whether it is ours.  One round trip every purge interval:
+ * sent as text.
  */
 
 static const char  ngx_http_idempotency_purge_lease_sql[] =
-    "SET @idem_purge := 1; "
-    "INSERT INTO `%V` (key_hash, state, owner, fingerprint, created_at, "
-    "lease_until, expires_at) VALUES (%s, 0, %s, %s, UTC_TIMESTAMP(3), "
-    "UTC_TIMESTAMP(3) + INTERVAL %M000 MICROSECOND, '9999-12-31') "
-    "ON DUPLICATE KEY UPDATE "
-    "owner = IF(@idem_purge := (owner = VALUES(owner) "
-    "OR lease_until <= UTC_TIMESTAMP(3)), VALUES(owner), owner), "
-    "lease_until = IF(@idem_purge, VALUES(lease_until), lease_until); "
-    "SELECT @idem_purge";
+    "INSERT IGNORE INTO `%V` (key_hash, state, owner, fingerprint, "
+    "created_at, lease_until, expires_at) VALUES (%s, 0, %s, %s, "
+    "UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), '9999-12-31'); "
+    "UPDATE `%V` SET owner = %s, "
+    "lease_until = UTC_TIMESTAMP(3) + INTERVAL %M000 MICROSECOND "
+    "WHERE key_hash = %s "
+    "AND (owner = %s OR lease_until <= UTC_TIMESTAMP(3)); "
+    "SELECT owner = %s FROM `%V` WHERE key_hash = %s";
 
 
 ngx_http_idempotency_op_t *
@@ -225,7 +523,7 @@ ngx_http_idempotency_sql_purge_lease(ngx_http_idempotency_shard_t *shard,
     *ngx_http_idempotency_hex(zero, nul, sizeof(nul)) = '\0';
 
     size = sizeof(ngx_http_idempotency_purge_lease_sql)
-           + shard->store->table.len + 2 * sizeof(zero) + sizeof(ow)
+           + 3 * shard->store->table.len + 4 * sizeof(zero) + 4 * sizeof(ow)
            + NGX_INT64_LEN;
 
     op = ngx_http_idempotency_op_create(shard, log, size);
@@ -236,7 +534,9 @@ ngx_http_idempotency_sql_purge_lease(ngx_http_idempotency_shard_t *shard,
     op->name = "purge lease";
     op->sql.len = ngx_sprintf(op->sql.data,
                               ngx_http_idempotency_purge_lease_sql,
-                              &shard->store->table, zero, ow, zero, lease)
+                              &shard->store->table, zero, ow, zero,
+                              &shard->store->table, ow, lease, zero, ow,
+                              ow, &shard->store->table, zero)
                   - op->sql.data;
 
     return op;
@@ -273,74 +573,6 @@ ngx_http_idempotency_sql_purge(ngx_http_idempotency_shard_t *shard,
                   - op->sql.data;
 
     return op;
-}
-
-
-/*
- * The record goes in as one hex literal: no byte of the response is ever
- * read as SQL text, whatever the session's character set and sql_mode,
- * and the statement's size is known before it is built.
- */
-
-ngx_int_t
-ngx_http_idempotency_sql_complete(ngx_pool_t *pool,
-    ngx_http_idempotency_store_t *store, u_char *key_hash, u_char *owner,
-    ngx_uint_t status, ngx_str_t *head, ngx_chain_t *body, size_t body_len,
-    ngx_str_t *sql)
-{
-    u_char       *p;
-    size_t        size;
-    ngx_buf_t    *b;
-    ngx_chain_t  *cl;
-    u_char        blen[4];
-
-    size = 256 + store->table.len;
-
-    if (head) {
-        size += NGX_HTTP_IDEMPOTENCY_HEX(head->len + sizeof(blen) + body_len);
-    }
-
-    p = ngx_pnalloc(pool, size);
-    if (p == NULL) {
-        return NGX_ERROR;
-    }
-
-    sql->data = p;
-
-    p = ngx_sprintf(p, "UPDATE `%V` SET state = %d, status = %ui, "
-                    "lease_until = UTC_TIMESTAMP(3), response = ",
-                    &store->table,
-                    head ? NGX_HTTP_IDEMPOTENCY_ROW_DONE
-                         : NGX_HTTP_IDEMPOTENCY_ROW_UNSTORED,
-                    status);
-
-    if (head) {
-        *p++ = 'X';
-        *p++ = '\'';
-        p = ngx_hex_dump(p, head->data, head->len);
-
-        ngx_http_idempotency_record_body_len(blen, body_len);
-        p = ngx_hex_dump(p, blen, sizeof(blen));
-
-        for (cl = body; cl; cl = cl->next) {
-            b = cl->buf;
-            p = ngx_hex_dump(p, b->pos, b->last - b->pos);
-        }
-
-        *p++ = '\'';
-
-    } else {
-        p = ngx_cpymem(p, "NULL", 4);
-    }
-
-    p = ngx_cpymem(p, " WHERE key_hash = ", 18);
-    p = ngx_http_idempotency_hex(p, key_hash, 32);
-    p = ngx_cpymem(p, " AND owner = ", 13);
-    p = ngx_http_idempotency_hex(p, owner, 16);
-
-    sql->len = p - sql->data;
-
-    return NGX_OK;
 }
 
 

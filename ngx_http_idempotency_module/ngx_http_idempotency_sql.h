@@ -12,7 +12,13 @@
 #include "ngx_http_idempotency_mysql.h"
 
 
-/* the columns of the row the claim returns */
+/* the prepared statements: slots of a connection (mysql.h) */
+#define NGX_HTTP_IDEMPOTENCY_STMT_CLAIM     1   /* INSERT IGNORE */
+#define NGX_HTTP_IDEMPOTENCY_STMT_READ      2   /* SELECT of the row */
+#define NGX_HTTP_IDEMPOTENCY_STMT_TAKE      3   /* conditional UPDATE */
+#define NGX_HTTP_IDEMPOTENCY_STMT_COMPLETE  4
+
+/* the columns of the row the claim's READ returns */
 #define NGX_HTTP_IDEMPOTENCY_F_STATE      0
 #define NGX_HTTP_IDEMPOTENCY_F_MINE       1
 #define NGX_HTTP_IDEMPOTENCY_F_SAME_FP    2
@@ -22,7 +28,7 @@
 #define NGX_HTTP_IDEMPOTENCY_F_RESPONSE   6
 #define NGX_HTTP_IDEMPOTENCY_F_COUNT      7
 
-/* "take" when the claim updated an existing row */
+/* "take": the row may be taken over, and why */
 #define NGX_HTTP_IDEMPOTENCY_TAKE_EXPIRED 1
 #define NGX_HTTP_IDEMPOTENCY_TAKE_LEASE   2
 
@@ -36,8 +42,9 @@ typedef struct {
 } ngx_http_idempotency_claim_t;
 
 
+/* one step of a claim: STMT_CLAIM, STMT_READ or STMT_TAKE */
 ngx_http_idempotency_op_t *ngx_http_idempotency_sql_claim(
-    ngx_http_idempotency_shard_t *shard, ngx_log_t *log,
+    ngx_http_idempotency_shard_t *shard, ngx_log_t *log, ngx_uint_t stmt,
     ngx_http_idempotency_claim_t *cl);
 
 ngx_http_idempotency_op_t *ngx_http_idempotency_sql_renew(
@@ -62,13 +69,13 @@ ngx_http_idempotency_op_t *ngx_http_idempotency_sql_purge(
     ngx_http_idempotency_shard_t *shard, ngx_log_t *log, ngx_uint_t batch);
 
 /*
- * The completion UPDATE, built in pool: with head == NULL the response is
- * recorded as executed but not stored.
+ * The completion UPDATE: with record == NULL the response is recorded as
+ * executed but not stored.  The record is not copied: it must stay until
+ * the op's handler runs.
  */
-ngx_int_t ngx_http_idempotency_sql_complete(ngx_pool_t *pool,
-    ngx_http_idempotency_store_t *store, u_char *key_hash, u_char *owner,
-    ngx_uint_t status, ngx_str_t *head, ngx_chain_t *body, size_t body_len,
-    ngx_str_t *sql);
+ngx_http_idempotency_op_t *ngx_http_idempotency_sql_complete(
+    ngx_http_idempotency_shard_t *shard, ngx_log_t *log, u_char *key_hash,
+    u_char *owner, ngx_uint_t status, ngx_str_t *record);
 
 
 #endif /* _NGX_HTTP_IDEMPOTENCY_SQL_H_INCLUDED_ */

@@ -189,7 +189,7 @@ IdemStress::wait_for('the row lock', 30, sub {
 my $pid = bg_request('POST', '/orders', 't060-7a', 'x', 0);
 IdemStress::wait_for('the claim of key a waiting on the row lock', 30, sub {
     sql("SELECT COUNT(*) FROM information_schema.PROCESSLIST"
-        . " WHERE COMMAND = 'Query' AND INFO LIKE 'INSERT INTO%'"
+        . " WHERE COMMAND IN ('Query', 'Execute') AND INFO LIKE 'INSERT%'"
         . " AND ID <> CONNECTION_ID()") =~ /^[1-9]/
 });
 # key b needs the connection while a holds it, and may not queue: it

@@ -365,7 +365,8 @@ scenario(sub {
         waves => 1);
 
     my $q = eval { wait_for('claims queued behind the lock', 30, sub {
-        my @q = grep { $_->[1] eq 'Query' } @{ $db->module_conns };
+        my @q = grep { $_->[1] =~ /^(Query|Execute)$/ }
+                @{ $db->module_conns };
         @q >= 2 ? \@q : 0 }, 0.05) };
     ok($q, "$name: claims are waiting in the server");
 
@@ -393,7 +394,8 @@ scenario(sub {
     $db->lock_table;
 
     my $upd = eval { wait_for('the completion UPDATE', 30, sub {
-        my @q = grep { $_->[1] eq 'Query' && $_->[3] =~ /^UPDATE.*SET state/ }
+        my @q = grep { $_->[1] =~ /^(Query|Execute)$/
+                       && $_->[3] =~ /^UPDATE.*SET state/ }
                 @{ $db->module_conns };
         @q ? \@q : 0 }, 0.05) };
     ok($upd, "$name: the completion waits in the server");
@@ -427,7 +429,8 @@ scenario(sub {
     $db->lock_table;
 
     my $upd = eval { wait_for('the completion UPDATE', 30, sub {
-        my @q = grep { $_->[1] eq 'Query' && $_->[3] =~ /^UPDATE.*SET state/ }
+        my @q = grep { $_->[1] =~ /^(Query|Execute)$/
+                       && $_->[3] =~ /^UPDATE.*SET state/ }
                 @{ $db->module_conns };
         @q ? \@q : 0 }, 0.05) };
     ok($upd, "$name: the completion waits in the server");
