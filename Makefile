@@ -57,7 +57,7 @@ endif
 
 .PHONY: all build deps services services-stop run stop test test-valgrind \
         stress stress-short dashboard bench bench-shards test-galera fuzz \
-        test-asan deb test-deb clean distclean help FORCE
+        test-asan deb test-deb clean distclean help bench-sqlcost FORCE
 
 all: build  ## build the module (the default)
 
@@ -215,6 +215,23 @@ dashboard: deps build services  ## make stress with its metrics scraped: docs/op
 
 bench-shards: deps build services  ## first-request throughput with 1 and 2 shards
 	@bench/shards.sh
+
+# mariadbd CPU per request of each statement form (bench/sqlcost.c), on
+# the services' MariaDB: SQLCOST_THREADS clients, SQLCOST_REQUESTS each
+SQLCOST_THREADS  ?= 16
+SQLCOST_REQUESTS ?= 2000
+
+bench-sqlcost: deps services  ## mariadbd CPU per request of each statement
+	@mkdir -p build
+	@$(CC) -O2 -Wall -o build/sqlcost bench/sqlcost.c \
+	    $$(mariadb_config --cflags --libs) -lpthread
+	@for m in text-claim-new text-claim-dup claim-new claim-dup \
+	          read-dup first; do \
+	    build/sqlcost $$m $(SQLCOST_THREADS) $(SQLCOST_REQUESTS) \
+	        $(MYSQL_PORT) build/services/mysql.pid || exit 1; done
+	@for n in 2 4 8 16; do \
+	    build/sqlcost first-batch $(SQLCOST_THREADS) $(SQLCOST_REQUESTS) \
+	        $(MYSQL_PORT) build/services/mysql.pid $$n || exit 1; done
 
 # the benchmark (bench/, docs/benchmarks.md), not part of `make test`:
 # BENCH_ROUNDS, BENCH_DURATION, BENCH_CONNECTIONS, BENCH_THREADS and
