@@ -99,6 +99,13 @@ def aggregate(rounds):
             'com_insert': med(x['Com_insert'] / k for x, k in zip(m, n)),
             'com_update': med(x['Com_update'] / k for x, k in zip(m, n)),
             'com_delete': med(x['Com_delete'] / k for x, k in zip(m, n)),
+            # results of runs before these were collected have none
+            'com_stmt_execute': med(
+                x['Com_stmt_execute'] / k if 'Com_stmt_execute' in x
+                else None for x, k in zip(m, n)),
+            'com_stmt_prepare': med(
+                x['Com_stmt_prepare'] / k if 'Com_stmt_prepare' in x
+                else None for x, k in zip(m, n)),
             'redis_cmd': med(r['redis_per_req'] for r in rs),
             'redis_detail': {},
             'rss': [(r['rss_before_kib'], r['rss_after_kib']) for r in rs
@@ -250,18 +257,19 @@ def generate(results, doc, png, bench_dir):
       'the claim. The raw per-request statement counts:')
     w('')
     w('| system | workload | Questions | Com_insert (claims) | Com_select | '
-      'Com_update (completions) | Com_delete | Redis commands |')
-    w('|---|---|--:|--:|--:|--:|--:|---|')
+      'Com_update (completions) | Com_delete | Com_stmt_execute | '
+      'Redis commands |')
+    w('|---|---|--:|--:|--:|--:|--:|--:|---|')
     for key in ORDER:
         if key not in agg or key[0] not in MODULE:
             continue
         a = agg[key]
         rd = ', '.join('%s %.2f' % (c, v) for c, v in
                        a['redis_detail'].items() if v >= 0.005) or '—'
-        w('| %s | %s | %s | %s | %s | %s | %s | %s |' % (
+        w('| %s | %s | %s | %s | %s | %s | %s | %s | %s |' % (
             NAME[key[0]], key[1], f2(a['mysql_q']), f2(a['com_insert']),
             f2(a['mysql_q'] - a['mysql_rt']), f2(a['com_update']),
-            f2(a['com_delete']), rd))
+            f2(a['com_delete']), f2(a['com_stmt_execute']), rd))
     w('')
 
     # --------------------------------------------------------------- cpu

@@ -78,7 +78,7 @@ LABEL = {s[0]: s[1] for s in SYSTEMS}
 MODULE_SYSTEMS = ('mysql', 'redis', 'shm')
 PEERS = ('express-idempotency', 'node-idempotency')
 MYSQL_VARS = ('Questions', 'Com_select', 'Com_insert', 'Com_update',
-              'Com_delete')
+              'Com_delete', 'Com_stmt_execute', 'Com_stmt_prepare')
 
 BODY = b'{"amount":4200,"currency":"EUR","customer":"cus_42"}'
 
