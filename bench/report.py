@@ -21,6 +21,7 @@ ORDER = [
     ('express-idempotency', 'replay'),
     ('node-idempotency', 'unique'), ('node-idempotency', 'unique-c1'),
     ('node-idempotency', 'replay'),
+    ('plain-express', 'unique'), ('plain-express', 'unique-c1'),
 ]
 NAME = {
     'return': 'nginx `return`',
@@ -30,15 +31,19 @@ NAME = {
     'shm': 'module + shm cache',
     'express-idempotency': 'express-idempotency (Redis)',
     'node-idempotency': '@node-idempotency/core (Redis)',
+    'plain-express': 'plain express, no middleware',
 }
 SHORT = {
     'return': 'nginx return', 'proxy': 'nginx proxy_pass',
     'mysql': 'module mysql', 'redis': 'module +redis', 'shm': 'module +shm',
     'express-idempotency': 'express-idempotency',
     'node-idempotency': 'node-idempotency',
+    'plain-express': 'plain express',
 }
 MODULE = ('mysql', 'redis', 'shm')
 PEERS = ('express-idempotency', 'node-idempotency')
+# the limits: nothing but the request path the module or the peers sit in
+LIMITS = ('return', 'proxy', 'plain-express')
 PROFILE_MARK = '## Profile'
 CPU_PARTS = ('nginx', 'node', 'mariadb', 'redis', 'wrk')
 
@@ -161,6 +166,14 @@ def best_peer(agg, workload):
     return max(cands) if cands else (None, None)
 
 
+def cpu_nowrk(a):
+    """CPU µs per request of all processes but wrk (nginx workers, node,
+    MariaDB, Redis)"""
+    if not a or a.get('busy') is None:
+        return None
+    return sum(v for k, v in a['cpu'].items() if k != 'wrk' and v is not None)
+
+
 def verdict(ok):
     return '**met**' if ok else '**missed**'
 
@@ -194,9 +207,11 @@ def generate(results, doc, png, bench_dir):
       '`http` server answering 201 with a fixed 67-byte JSON body and '
       'counting executions per key). The two peers run the *same* '
       '`execute()` of `bench/upstream.js` inside express, behind their '
-      'middleware, with Redis as their store. wrk (%d threads, %d '
-      'connections, %d s per measurement after a %d s warm-up) POSTs a '
-      '52-byte JSON body with an `Idempotency-Key`:' % (
+      'middleware, with Redis as their store; "plain express, no '
+      'middleware" (`bench/node/plain-express.js`) is their route without '
+      'the middleware, the peers\' counterpart of plain `proxy_pass`. wrk '
+      '(%d threads, %d connections, %d s per measurement after a %d s '
+      'warm-up) POSTs a 52-byte JSON body with an `Idempotency-Key`:' % (
           cfg.get('workers', 2), cfg.get('threads', 2),
           cfg.get('connections', 64), cfg.get('duration', 10),
           cfg.get('warmup', 1)))
@@ -276,9 +291,9 @@ def generate(results, doc, png, bench_dir):
     if any(a['busy'] for a in agg.values()):
         w('Where the CPU goes: CPU time per request (µs) of each process, '
           'from `/proc/PID/stat` (wrk: its rusage) over the measurement. '
-          '"node" is the upstream for the nginx rows and the peer\'s own '
-          'process for the peers. "busy" is the CPU time of all of them '
-          'per second of wall time: the machine has %s CPUs.' %
+          '"node" is the upstream for the nginx rows and the own process '
+          'of the peers and of plain express. "busy" is the CPU time of '
+          'all of them per second of wall time: the machine has %s CPUs.' %
           mach.get('nproc', '?'))
         w('')
         w('| system | workload | nginx workers | node | MariaDB | Redis | '
@@ -343,6 +358,38 @@ def generate(results, doc, png, bench_dir):
     if prox1:
         w('Plain `proxy_pass` on one connection: p50 %s ms, p99 %s ms.' % (
             f2(prox1.get('p50')), f2(prox1.get('p99'))))
+        w('')
+
+    # -------------------------------------------------------------- cost
+    cost = []       # (system, its baseline, store CPU part)
+    cost.append(('mysql', 'proxy', 'mariadb'))
+    for s in PEERS:
+        cost.append((s, 'plain-express', 'redis'))
+    cost = [c for c in cost if cpu_nowrk(agg.get((c[0], 'unique')))
+            is not None]
+    if cost:
+        w('## Cost of idempotency per first request')
+        w('')
+        w('"added" is the CPU that making a first request (`unique`) '
+          'idempotent costs the machine: the CPU µs per request of all '
+          'processes but wrk (the "where the CPU goes" table without its '
+          'wrk column) minus the same for the same request path without '
+          'idempotency, plain `proxy_pass` for the module and plain '
+          'express for the peers; "of which the store" is the part of the '
+          'system\'s own figure that its store server spends.')
+        w('')
+        w('| system | over | CPU µs / req | the baseline\'s | added µs / '
+          'req | of which the store, µs / req |')
+        w('|---|---|--:|--:|--:|--:|')
+        for s, base, store in cost:
+            a = agg[(s, 'unique')]
+            b = agg.get((base, 'unique'))
+            mine, theirs = cpu_nowrk(a), cpu_nowrk(b)
+            w('| %s | %s | %s | %s | %s | %s (%s) |' % (
+                NAME[s], NAME[base], f0(mine), f0(theirs),
+                f0(mine - theirs if theirs is not None else None),
+                f0(a['cpu'][store]),
+                'MariaDB' if store == 'mariadb' else 'Redis'))
         w('')
 
     # ----------------------------------------------------------- targets
@@ -492,8 +539,9 @@ def generate(results, doc, png, bench_dir):
       'module uses its own table `%s` (the schema of `mysql/schema.sql`) '
       'and Redis database %s; the peers use database %s. All three are '
       'emptied before each round. The module stores use their defaults '
-      '(pool 16 per worker, fingerprint on); the peers run in one node '
-      'process each, as express applications usually do.' % (
+      '(pool 16 per worker, fingerprint on); the peers and plain express '
+      'run in one node process each, as express applications usually '
+      'do.' % (
           'bench_keys', 7, 8))
     w('')
 
@@ -505,7 +553,7 @@ def generate(results, doc, png, bench_dir):
     w('    bench/run.sh report              # rewrite this page from '
       'build/bench/results/')
     w('    bench/run.sh serve               # only start the systems '
-      '(ports 18080-18092)')
+      '(ports 18080-18093)')
     w('')
     w('`make bench` runs `deps`, `build` and `services` first, then '
       '`bench/setup.sh` (installs `wrk` and `gnuplot-nox` when missing, '
@@ -516,7 +564,7 @@ def generate(results, doc, png, bench_dir):
       '(200), `BENCH_WARMUP` (1 s), `BENCH_WORKERS` (2). Ports: nginx '
       '`return` 18080, `proxy_pass` 18081, the module 18082 (MySQL), '
       '18083 (+ Redis), 18084 (+ shm); upstream 18090; peers 18091 and '
-      '18092. `make bench` is not part of `make test`.')
+      '18092; plain express 18093. `make bench` is not part of `make test`.')
     w('')
     if d['nginx_errors']:
         w('nginx logged %d error lines during the run (last: `%s`).' % (
@@ -542,7 +590,7 @@ def generate(results, doc, png, bench_dir):
             if key not in agg or key[1] == 'unique-c1':
                 continue
             a = agg[key]
-            grp = 0 if key[0] in ('return', 'proxy') else (
+            grp = 0 if key[0] in LIMITS else (
                 1 if key[0] in MODULE else 2)
             label = SHORT[key[0]] + ('' if key[1] == 'return'
                                      else ' ' + key[1])

@@ -56,7 +56,7 @@ TABLE = 'bench_keys'
 PORTS = {
     'return': 18080, 'proxy': 18081, 'mysql': 18082, 'redis': 18083,
     'shm': 18084, 'upstream': 18090, 'express-idempotency': 18091,
-    'node-idempotency': 18092,
+    'node-idempotency': 18092, 'plain-express': 18093,
 }
 
 # system id -> (label, port, workloads, where executions are counted)
@@ -73,10 +73,16 @@ SYSTEMS = [
      ['unique', 'unique-c1', 'replay'], 'self'),
     ('node-idempotency', 'express + @node-idempotency/core + Redis adapter',
      ['unique', 'unique-c1', 'replay'], 'self'),
+    # the peers' baseline: their route without the middleware
+    ('plain-express', 'plain express, no middleware (the peers\' limit)',
+     ['unique', 'unique-c1'], 'self'),
 ]
 LABEL = {s[0]: s[1] for s in SYSTEMS}
 MODULE_SYSTEMS = ('mysql', 'redis', 'shm')
 PEERS = ('express-idempotency', 'node-idempotency')
+# systems served by their own node process (the rest: nginx in front of
+# the upstream)
+NODE_SYSTEMS = PEERS + ('plain-express',)
 MYSQL_VARS = ('Questions', 'Com_select', 'Com_insert', 'Com_update',
               'Com_delete', 'Com_stmt_execute', 'Com_stmt_prepare')
 
@@ -288,7 +294,7 @@ def service_pid(name):
 
 def cpu_snapshot(system):
     """CPU seconds used so far by each component a system involves"""
-    node = node_pids.get(system if system in PEERS else 'upstream')
+    node = node_pids.get(system if system in NODE_SYSTEMS else 'upstream')
     snap = {
         'nginx': sum(cpu_seconds(p) for p in nginx_workers()),
         'node': cpu_seconds(node) if node else 0.0,
@@ -317,6 +323,9 @@ def start_all():
     for peer in PEERS:
         start_node(peer, ['node/peer-%s.js' % peer, str(PORTS[peer]),
                           redis_url], PORTS[peer])
+    start_node('plain-express', ['node/plain-express.js',
+                                 str(PORTS['plain-express'])],
+               PORTS['plain-express'])
     render_nginx()
     nginx('start')
     for s in ('return', 'proxy', 'mysql', 'redis', 'shm'):
@@ -336,7 +345,7 @@ def stop_all():
             p.wait(5)
         except subprocess.TimeoutExpired:
             p.kill()
-    for name in ('upstream',) + PEERS:
+    for name in ('upstream',) + NODE_SYSTEMS:
         try:
             os.unlink(os.path.join(OUT, name + '.pid'))
         except OSError:
