@@ -14,7 +14,7 @@ import subprocess
 ORDER = [
     ('return', 'return'), ('proxy', 'unique'), ('proxy', 'unique-c1'),
     ('mysql', 'unique'), ('mysql', 'unique-c1'), ('mysql', 'replay'),
-    ('mysql', 'mix'),
+    ('mysql', 'mix'), ('mysql-flush1', 'unique'),
     ('redis', 'replay'), ('redis', 'mix'),
     ('shm', 'replay'), ('shm', 'mix'),
     ('express-idempotency', 'unique'), ('express-idempotency', 'unique-c1'),
@@ -27,6 +27,7 @@ NAME = {
     'return': 'nginx `return`',
     'proxy': 'nginx `proxy_pass`, no module',
     'mysql': 'module, MySQL only',
+    'mysql-flush1': 'module, MySQL only, flush=1',
     'redis': 'module + Redis',
     'shm': 'module + shm cache',
     'express-idempotency': 'express-idempotency (Redis)',
@@ -35,12 +36,13 @@ NAME = {
 }
 SHORT = {
     'return': 'nginx return', 'proxy': 'nginx proxy_pass',
-    'mysql': 'module mysql', 'redis': 'module +redis', 'shm': 'module +shm',
+    'mysql': 'module mysql', 'mysql-flush1': 'module mysql flush=1',
+    'redis': 'module +redis', 'shm': 'module +shm',
     'express-idempotency': 'express-idempotency',
     'node-idempotency': 'node-idempotency',
     'plain-express': 'plain express',
 }
-MODULE = ('mysql', 'redis', 'shm')
+MODULE = ('mysql', 'mysql-flush1', 'redis', 'shm')
 PEERS = ('express-idempotency', 'node-idempotency')
 # the limits: nothing but the request path the module or the peers sit in
 LIMITS = ('return', 'proxy', 'plain-express')
@@ -111,6 +113,9 @@ def aggregate(rounds):
             'com_stmt_prepare': med(
                 x['Com_stmt_prepare'] / k if 'Com_stmt_prepare' in x
                 else None for x, k in zip(m, n)),
+            # innodb_flush_log_at_trx_commit during the measurements
+            'flush': sorted({r.get('innodb_flush_log_at_trx_commit')
+                             for r in rs} - {None}),
             'redis_cmd': med(r['redis_per_req'] for r in rs),
             'redis_detail': {},
             'rss': [(r['rss_before_kib'], r['rss_after_kib']) for r in rs
@@ -174,6 +179,27 @@ def cpu_nowrk(a):
     return sum(v for k, v in a['cpu'].items() if k != 'wrk' and v is not None)
 
 
+def flush_of(s, a):
+    """innodb_flush_log_at_trx_commit a module system ran with (results
+    from before it was recorded: what the system sets)"""
+    if a and a['flush']:
+        return a['flush'][-1]
+    return 1 if s == 'mysql-flush1' else 2
+
+
+def durability(s, a):
+    """what a committed key survives, for the durability column"""
+    if s in PEERS:
+        return 'no Redis restart (Redis without persistence)'
+    f = flush_of(s, a)
+    if f == 1:
+        return 'a mariadbd crash and an OS crash (`=1`)'
+    if f == 2:
+        return ('a mariadbd crash; an OS crash may lose the last ~1 s '
+                '(`=2`)')
+    return 'no OS crash, maybe no mariadbd crash (`=%s`)' % f
+
+
 def verdict(ok):
     return '**met**' if ok else '**missed**'
 
@@ -209,9 +235,12 @@ def generate(results, doc, png, bench_dir):
       '`execute()` of `bench/upstream.js` inside express, behind their '
       'middleware, with Redis as their store; "plain express, no '
       'middleware" (`bench/node/plain-express.js`) is their route without '
-      'the middleware, the peers\' counterpart of plain `proxy_pass`. wrk '
-      '(%d threads, %d connections, %d s per measurement after a %d s '
-      'warm-up) POSTs a 52-byte JSON body with an `Idempotency-Key`:' % (
+      'the middleware, the peers\' counterpart of plain `proxy_pass`. '
+      '"module, MySQL only, flush=1" is the MySQL-only server measured '
+      'with MariaDB\'s `innodb_flush_log_at_trx_commit` at 1 instead of 2 '
+      '(set for its measurement only). wrk (%d threads, %d '
+      'connections, %d s per measurement after a %d s warm-up) POSTs a '
+      '52-byte JSON body with an `Idempotency-Key`:' % (
           cfg.get('workers', 2), cfg.get('threads', 2),
           cfg.get('connections', 64), cfg.get('duration', 10),
           cfg.get('warmup', 1)))
@@ -340,7 +369,7 @@ def generate(results, doc, png, bench_dir):
       'p50 ms | added p50 ms | p50 ms, 1 connection | added p50 ms, '
       '1 connection |')
     w('|---|--:|--:|--:|--:|--:|--:|--:|')
-    for s in ('mysql',) + PEERS:
+    for s in ('mysql', 'mysql-flush1') + PEERS:
         a = agg.get((s, 'unique'))
         if not a:
             continue
@@ -362,7 +391,8 @@ def generate(results, doc, png, bench_dir):
 
     # -------------------------------------------------------------- cost
     cost = []       # (system, its baseline, store CPU part)
-    cost.append(('mysql', 'proxy', 'mariadb'))
+    for s in ('mysql', 'mysql-flush1'):
+        cost.append((s, 'proxy', 'mariadb'))
     for s in PEERS:
         cost.append((s, 'plain-express', 'redis'))
     cost = [c for c in cost if cpu_nowrk(agg.get((c[0], 'unique')))
@@ -379,17 +409,28 @@ def generate(results, doc, png, bench_dir):
           'system\'s own figure that its store server spends.')
         w('')
         w('| system | over | CPU µs / req | the baseline\'s | added µs / '
-          'req | of which the store, µs / req |')
-        w('|---|---|--:|--:|--:|--:|')
+          'req | of which the store, µs / req | a committed key survives |')
+        w('|---|---|--:|--:|--:|--:|---|')
         for s, base, store in cost:
             a = agg[(s, 'unique')]
             b = agg.get((base, 'unique'))
             mine, theirs = cpu_nowrk(a), cpu_nowrk(b)
-            w('| %s | %s | %s | %s | %s | %s (%s) |' % (
+            w('| %s | %s | %s | %s | %s | %s (%s) | %s |' % (
                 NAME[s], NAME[base], f0(mine), f0(theirs),
                 f0(mine - theirs if theirs is not None else None),
                 f0(a['cpu'][store]),
-                'MariaDB' if store == 'mariadb' else 'Redis'))
+                'MariaDB' if store == 'mariadb' else 'Redis',
+                durability(s, a)))
+        w('')
+        w('Durability: the private MariaDB runs with '
+          '`innodb_flush_log_at_trx_commit=2`, so a claim committed by the '
+          'module survives a crash of mariadbd, but an OS crash or power '
+          'loss can lose the claims of about the last second; the flush=1 '
+          'row sets it to 1 for its measurement only (every commit is '
+          'flushed to disk: it survives both), so what it adds over the '
+          'MySQL-only row is the price of that. The peers\' Redis runs '
+          'without persistence (no RDB, no AOF, no fsync): their keys are '
+          'lost when Redis restarts.')
         w('')
 
     # ----------------------------------------------------------- targets
@@ -535,7 +576,10 @@ def generate(results, doc, png, bench_dir):
     w('MariaDB and Redis are the private instances of '
       '`scripts/services.sh` (MariaDB with `innodb_flush_log_at_trx_commit=2`, '
       'the thread pool, `innodb_spin_wait_delay=0`, '
-      'binary log off, 64 MB buffer pool; Redis without persistence). The '
+      'binary log off, 64 MB buffer pool; the flush=1 row runs '
+      '`SET GLOBAL innodb_flush_log_at_trx_commit=1` before its '
+      'measurement and sets it back to 2 right after; Redis without '
+      'persistence). The '
       'module uses its own table `%s` (the schema of `mysql/schema.sql`) '
       'and Redis database %s; the peers use database %s. All three are '
       'emptied before each round. The module stores use their defaults '
@@ -563,8 +607,9 @@ def generate(results, doc, png, bench_dir):
       '`BENCH_KEYS` (1000), `BENCH_BURST` (50), `BENCH_BURST_DELAY_MS` '
       '(200), `BENCH_WARMUP` (1 s), `BENCH_WORKERS` (2). Ports: nginx '
       '`return` 18080, `proxy_pass` 18081, the module 18082 (MySQL), '
-      '18083 (+ Redis), 18084 (+ shm); upstream 18090; peers 18091 and '
-      '18092; plain express 18093. `make bench` is not part of `make test`.')
+      '18083 (+ Redis), 18084 (+ shm; flush=1 uses 18082 too); upstream '
+      '18090; peers 18091 and 18092; plain express 18093. `make bench` is '
+      'not part of `make test`.')
     w('')
     if d['nginx_errors']:
         w('nginx logged %d error lines during the run (last: `%s`).' % (
