@@ -3,7 +3,7 @@
 # file and calls:  gnuplot -e "datafile='...'; outfile='...'" bench/plot.gp
 #
 # data columns: 1 label, 2 median req/s, 3 min, 4 max, 5 colour group
-# (0 nginx limits, 1 the module, 2 the peers)
+# (0 the limits: nginx, plain express; 1 the module, 2 the peers)
 
 if (!exists("datafile")) datafile = 'build/bench/results/plot.dat'
 if (!exists("outfile")) outfile = 'docs/benchmarks.png'

@@ -14,33 +14,44 @@ import subprocess
 ORDER = [
     ('return', 'return'), ('proxy', 'unique'), ('proxy', 'unique-c1'),
     ('mysql', 'unique'), ('mysql', 'unique-c1'), ('mysql', 'replay'),
-    ('mysql', 'mix'),
+    ('mysql', 'mix'), ('mysql-flush1', 'unique'),
     ('redis', 'replay'), ('redis', 'mix'),
     ('shm', 'replay'), ('shm', 'mix'),
     ('express-idempotency', 'unique'), ('express-idempotency', 'unique-c1'),
     ('express-idempotency', 'replay'),
     ('node-idempotency', 'unique'), ('node-idempotency', 'unique-c1'),
     ('node-idempotency', 'replay'),
+    ('plain-express', 'unique'), ('plain-express', 'unique-c1'),
 ]
 NAME = {
     'return': 'nginx `return`',
     'proxy': 'nginx `proxy_pass`, no module',
     'mysql': 'module, MySQL only',
+    'mysql-flush1': 'module, MySQL only, flush=1',
     'redis': 'module + Redis',
     'shm': 'module + shm cache',
     'express-idempotency': 'express-idempotency (Redis)',
     'node-idempotency': '@node-idempotency/core (Redis)',
+    'plain-express': 'plain express, no middleware',
 }
 SHORT = {
     'return': 'nginx return', 'proxy': 'nginx proxy_pass',
-    'mysql': 'module mysql', 'redis': 'module +redis', 'shm': 'module +shm',
+    'mysql': 'module mysql', 'mysql-flush1': 'module mysql flush=1',
+    'redis': 'module +redis', 'shm': 'module +shm',
     'express-idempotency': 'express-idempotency',
     'node-idempotency': 'node-idempotency',
+    'plain-express': 'plain express',
 }
-MODULE = ('mysql', 'redis', 'shm')
+MODULE = ('mysql', 'mysql-flush1', 'redis', 'shm')
 PEERS = ('express-idempotency', 'node-idempotency')
+# the limits: nothing but the request path the module or the peers sit in
+LIMITS = ('return', 'proxy', 'plain-express')
 PROFILE_MARK = '## Profile'
 CPU_PARTS = ('nginx', 'node', 'mariadb', 'redis', 'wrk')
+# MariaDB CPU per request (µs) that the issue measured before setting its
+# targets: a first request (MySQL only, unique) and a replay (MySQL only)
+MARIADB_US_FIRST_BEFORE = 250
+MARIADB_US_REPLAY_BEFORE = 186
 
 
 def load(results):
@@ -99,6 +110,16 @@ def aggregate(rounds):
             'com_insert': med(x['Com_insert'] / k for x, k in zip(m, n)),
             'com_update': med(x['Com_update'] / k for x, k in zip(m, n)),
             'com_delete': med(x['Com_delete'] / k for x, k in zip(m, n)),
+            # results of runs before these were collected have none
+            'com_stmt_execute': med(
+                x['Com_stmt_execute'] / k if 'Com_stmt_execute' in x
+                else None for x, k in zip(m, n)),
+            'com_stmt_prepare': med(
+                x['Com_stmt_prepare'] / k if 'Com_stmt_prepare' in x
+                else None for x, k in zip(m, n)),
+            # innodb_flush_log_at_trx_commit during the measurements
+            'flush': sorted({r.get('innodb_flush_log_at_trx_commit')
+                             for r in rs} - {None}),
             'redis_cmd': med(r['redis_per_req'] for r in rs),
             'redis_detail': {},
             'rss': [(r['rss_before_kib'], r['rss_after_kib']) for r in rs
@@ -154,6 +175,35 @@ def best_peer(agg, workload):
     return max(cands) if cands else (None, None)
 
 
+def cpu_nowrk(a):
+    """CPU µs per request of all processes but wrk (nginx workers, node,
+    MariaDB, Redis)"""
+    if not a or a.get('busy') is None:
+        return None
+    return sum(v for k, v in a['cpu'].items() if k != 'wrk' and v is not None)
+
+
+def flush_of(s, a):
+    """innodb_flush_log_at_trx_commit a module system ran with (results
+    from before it was recorded: what the system sets)"""
+    if a and a['flush']:
+        return a['flush'][-1]
+    return 1 if s == 'mysql-flush1' else 2
+
+
+def durability(s, a):
+    """what a committed key survives, for the durability column"""
+    if s in PEERS:
+        return 'no Redis restart (Redis without persistence)'
+    f = flush_of(s, a)
+    if f == 1:
+        return 'a mariadbd crash and an OS crash (`=1`)'
+    if f == 2:
+        return ('a mariadbd crash; an OS crash may lose the last ~1 s '
+                '(`=2`)')
+    return 'no OS crash, maybe no mariadbd crash (`=%s`)' % f
+
+
 def verdict(ok):
     return '**met**' if ok else '**missed**'
 
@@ -187,7 +237,12 @@ def generate(results, doc, png, bench_dir):
       '`http` server answering 201 with a fixed 67-byte JSON body and '
       'counting executions per key). The two peers run the *same* '
       '`execute()` of `bench/upstream.js` inside express, behind their '
-      'middleware, with Redis as their store. wrk (%d threads, %d '
+      'middleware, with Redis as their store; "plain express, no '
+      'middleware" (`bench/node/plain-express.js`) is their route without '
+      'the middleware, the peers\' counterpart of plain `proxy_pass`. '
+      '"module, MySQL only, flush=1" is the MySQL-only server measured '
+      'with MariaDB\'s `innodb_flush_log_at_trx_commit` at 1 instead of 2 '
+      '(set for its measurement only). wrk (%d threads, %d '
       'connections, %d s per measurement after a %d s warm-up) POSTs a '
       '52-byte JSON body with an `Idempotency-Key`:' % (
           cfg.get('workers', 2), cfg.get('threads', 2),
@@ -250,27 +305,28 @@ def generate(results, doc, png, bench_dir):
       'the claim. The raw per-request statement counts:')
     w('')
     w('| system | workload | Questions | Com_insert (claims) | Com_select | '
-      'Com_update (completions) | Com_delete | Redis commands |')
-    w('|---|---|--:|--:|--:|--:|--:|---|')
+      'Com_update (completions) | Com_delete | Com_stmt_execute | '
+      'Redis commands |')
+    w('|---|---|--:|--:|--:|--:|--:|--:|---|')
     for key in ORDER:
         if key not in agg or key[0] not in MODULE:
             continue
         a = agg[key]
         rd = ', '.join('%s %.2f' % (c, v) for c, v in
                        a['redis_detail'].items() if v >= 0.005) or '—'
-        w('| %s | %s | %s | %s | %s | %s | %s | %s |' % (
+        w('| %s | %s | %s | %s | %s | %s | %s | %s | %s |' % (
             NAME[key[0]], key[1], f2(a['mysql_q']), f2(a['com_insert']),
             f2(a['mysql_q'] - a['mysql_rt']), f2(a['com_update']),
-            f2(a['com_delete']), rd))
+            f2(a['com_delete']), f2(a['com_stmt_execute']), rd))
     w('')
 
     # --------------------------------------------------------------- cpu
     if any(a['busy'] for a in agg.values()):
         w('Where the CPU goes: CPU time per request (µs) of each process, '
           'from `/proc/PID/stat` (wrk: its rusage) over the measurement. '
-          '"node" is the upstream for the nginx rows and the peer\'s own '
-          'process for the peers. "busy" is the CPU time of all of them '
-          'per second of wall time: the machine has %s CPUs.' %
+          '"node" is the upstream for the nginx rows and the own process '
+          'of the peers and of plain express. "busy" is the CPU time of '
+          'all of them per second of wall time: the machine has %s CPUs.' %
           mach.get('nproc', '?'))
         w('')
         w('| system | workload | nginx workers | node | MariaDB | Redis | '
@@ -317,7 +373,7 @@ def generate(results, doc, png, bench_dir):
       'p50 ms | added p50 ms | p50 ms, 1 connection | added p50 ms, '
       '1 connection |')
     w('|---|--:|--:|--:|--:|--:|--:|--:|')
-    for s in ('mysql',) + PEERS:
+    for s in ('mysql', 'mysql-flush1') + PEERS:
         a = agg.get((s, 'unique'))
         if not a:
             continue
@@ -335,6 +391,50 @@ def generate(results, doc, png, bench_dir):
     if prox1:
         w('Plain `proxy_pass` on one connection: p50 %s ms, p99 %s ms.' % (
             f2(prox1.get('p50')), f2(prox1.get('p99'))))
+        w('')
+
+    # -------------------------------------------------------------- cost
+    cost = []       # (system, its baseline, store CPU part)
+    for s in ('mysql', 'mysql-flush1'):
+        cost.append((s, 'proxy', 'mariadb'))
+    for s in PEERS:
+        cost.append((s, 'plain-express', 'redis'))
+    cost = [c for c in cost if cpu_nowrk(agg.get((c[0], 'unique')))
+            is not None]
+    if cost:
+        w('## Cost of idempotency per first request')
+        w('')
+        w('"added" is the CPU that making a first request (`unique`) '
+          'idempotent costs the machine: the CPU µs per request of all '
+          'processes but wrk (the "where the CPU goes" table without its '
+          'wrk column) minus the same for the same request path without '
+          'idempotency, plain `proxy_pass` for the module and plain '
+          'express for the peers; "of which the store" is the part of the '
+          'system\'s own figure that its store server spends.')
+        w('')
+        w('| system | over | CPU µs / req | the baseline\'s | added µs / '
+          'req | of which the store, µs / req | a committed key survives |')
+        w('|---|---|--:|--:|--:|--:|---|')
+        for s, base, store in cost:
+            a = agg[(s, 'unique')]
+            b = agg.get((base, 'unique'))
+            mine, theirs = cpu_nowrk(a), cpu_nowrk(b)
+            w('| %s | %s | %s | %s | %s | %s (%s) | %s |' % (
+                NAME[s], NAME[base], f0(mine), f0(theirs),
+                f0(mine - theirs if theirs is not None else None),
+                f0(a['cpu'][store]),
+                'MariaDB' if store == 'mariadb' else 'Redis',
+                durability(s, a)))
+        w('')
+        w('Durability: the private MariaDB runs with '
+          '`innodb_flush_log_at_trx_commit=2`, so a claim committed by the '
+          'module survives a crash of mariadbd, but an OS crash or power '
+          'loss can lose the claims of about the last second; the flush=1 '
+          'row sets it to 1 for its measurement only (every commit is '
+          'flushed to disk: it survives both), so what it adds over the '
+          'MySQL-only row is the price of that. The peers\' Redis runs '
+          'without persistence (no RDB, no AOF, no fsync): their keys are '
+          'lost when Redis restarts.')
         w('')
 
     # ----------------------------------------------------------- targets
@@ -361,6 +461,8 @@ def generate(results, doc, png, bench_dir):
             pct(r1), verdict(r1 is not None and r1 >= 0.4)))
         w('| first request ≥ 2× the faster peer\'s | %s | %s |' % (
             times(r2), verdict(r2 is not None and r2 >= 2)))
+        w('| first request ≥ 1.5× the faster peer\'s | %s | %s |' % (
+            times(r2), verdict(r2 is not None and r2 >= 1.5)))
         w('| added p50 of a first request ≤ 1 ms over `proxy_pass`, '
           'at %d connections | %s ms | %s |' % (
               cfg.get('connections', 64), f2(add),
@@ -372,6 +474,43 @@ def generate(results, doc, png, bench_dir):
             w('| added p50 of a first request ≤ 1 ms over `proxy_pass`, '
               'on 1 connection | %s ms | %s |' % (
                   f2(add1), verdict(add1 <= 1)))
+        # CPU per first request (µs), each process from the "where the CPU
+        # goes" table; "faster peer" as above: more unique req/s
+        mine = cpu_nowrk(a)
+        theirs = cpu_nowrk(agg.get((peer_unique_name, 'unique')))
+        r3 = ratio(mine, theirs)
+        w('| CPU per first request, all processes but wrk, ≤ 0.7× the '
+          'faster peer\'s | %s µs vs %s µs: %s | %s |' % (
+              f0(mine), f0(theirs), '—' if r3 is None else '%.2f×' % r3,
+              verdict(r3 is not None and r3 <= 0.7)))
+        lim = MARIADB_US_FIRST_BEFORE / 4
+        my = a['cpu']['mariadb']
+        w('| MariaDB CPU per first request ≤ %s µs (¼ of %d µs) | %s µs '
+          '| %s |' % ('%g' % lim, MARIADB_US_FIRST_BEFORE, f0(my),
+                      verdict(my is not None and my <= lim)))
+        ng, ng0 = a['cpu']['nginx'], prox.get('cpu', {}).get('nginx')
+        r4 = ratio(ng, ng0)
+        w('| nginx worker CPU per first request ≤ 2× plain `proxy_pass`\'s '
+          '| %s µs vs %s µs: %s | %s |' % (
+              f0(ng), f0(ng0), '—' if r4 is None else '%.2f×' % r4,
+              verdict(r4 is not None and r4 <= 2)))
+    a = agg.get(('mysql', 'replay'))
+    if a:
+        r5 = ratio(a['rps'], peer_replay)
+        w('| replay ≥ 3× the faster peer\'s replay (module, MySQL only) '
+          '| %s | %s |' % (times(r5), verdict(r5 is not None and r5 >= 3)))
+        lim = MARIADB_US_REPLAY_BEFORE / 6
+        my = a['cpu']['mariadb']
+        w('| MariaDB CPU per replay ≤ %s µs (⅙ of %d µs; module, MySQL '
+          'only) | %s µs | %s |' % (
+              '%g' % lim, MARIADB_US_REPLAY_BEFORE, f0(my),
+              verdict(my is not None and my <= lim)))
+    a = agg.get(('shm', 'mix'))
+    if a:
+        r6 = ratio(a['rps'], ret)
+        w('| mix (%d %% new keys) ≥ 50 %% of nginx `return` (module + shm '
+          'cache) | %s | %s |' % (cfg.get('mix_new_pct', 10), pct(r6),
+                                  verdict(r6 is not None and r6 >= 0.5)))
     rss = d['rss']
     if rss:
         worst = max(abs(v) for v in rss['change_pct'].values()) \
@@ -480,12 +619,16 @@ def generate(results, doc, png, bench_dir):
     w('MariaDB and Redis are the private instances of '
       '`scripts/services.sh` (MariaDB with `innodb_flush_log_at_trx_commit=2`, '
       'the thread pool, `innodb_spin_wait_delay=0`, '
-      'binary log off, 64 MB buffer pool; Redis without persistence). The '
+      'binary log off, 64 MB buffer pool; the flush=1 row runs '
+      '`SET GLOBAL innodb_flush_log_at_trx_commit=1` before its '
+      'measurement and sets it back to 2 right after; Redis without '
+      'persistence). The '
       'module uses its own table `%s` (the schema of `mysql/schema.sql`) '
       'and Redis database %s; the peers use database %s. All three are '
       'emptied before each round. The module stores use their defaults '
-      '(pool 16 per worker, fingerprint on); the peers run in one node '
-      'process each, as express applications usually do.' % (
+      '(pool 16 per worker, fingerprint on); the peers and plain express '
+      'run in one node process each, as express applications usually '
+      'do.' % (
           'bench_keys', 7, 8))
     w('')
 
@@ -497,7 +640,7 @@ def generate(results, doc, png, bench_dir):
     w('    bench/run.sh report              # rewrite this page from '
       'build/bench/results/')
     w('    bench/run.sh serve               # only start the systems '
-      '(ports 18080-18092)')
+      '(ports 18080-18093)')
     w('')
     w('`make bench` runs `deps`, `build` and `services` first, then '
       '`bench/setup.sh` (installs `wrk` and `gnuplot-nox` when missing, '
@@ -507,8 +650,9 @@ def generate(results, doc, png, bench_dir):
       '`BENCH_KEYS` (1000), `BENCH_BURST` (50), `BENCH_BURST_DELAY_MS` '
       '(200), `BENCH_WARMUP` (1 s), `BENCH_WORKERS` (2). Ports: nginx '
       '`return` 18080, `proxy_pass` 18081, the module 18082 (MySQL), '
-      '18083 (+ Redis), 18084 (+ shm); upstream 18090; peers 18091 and '
-      '18092. `make bench` is not part of `make test`.')
+      '18083 (+ Redis), 18084 (+ shm; flush=1 uses 18082 too); upstream '
+      '18090; peers 18091 and 18092; plain express 18093. `make bench` is '
+      'not part of `make test`.')
     w('')
     if d['nginx_errors']:
         w('nginx logged %d error lines during the run (last: `%s`).' % (
@@ -534,7 +678,7 @@ def generate(results, doc, png, bench_dir):
             if key not in agg or key[1] == 'unique-c1':
                 continue
             a = agg[key]
-            grp = 0 if key[0] in ('return', 'proxy') else (
+            grp = 0 if key[0] in LIMITS else (
                 1 if key[0] in MODULE else 2)
             label = SHORT[key[0]] + ('' if key[1] == 'return'
                                      else ' ' + key[1])

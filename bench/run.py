@@ -56,7 +56,7 @@ TABLE = 'bench_keys'
 PORTS = {
     'return': 18080, 'proxy': 18081, 'mysql': 18082, 'redis': 18083,
     'shm': 18084, 'upstream': 18090, 'express-idempotency': 18091,
-    'node-idempotency': 18092,
+    'node-idempotency': 18092, 'plain-express': 18093,
 }
 
 # system id -> (label, port, workloads, where executions are counted)
@@ -66,6 +66,9 @@ SYSTEMS = [
      ['unique', 'unique-c1'], 'upstream'),
     ('mysql', 'module, MySQL only', ['unique', 'unique-c1', 'replay', 'mix'],
      'upstream'),
+    # the same nginx server as 'mysql', measured with
+    # innodb_flush_log_at_trx_commit=1 (see flush_log())
+    ('mysql-flush1', 'module, MySQL only, flush=1', ['unique'], 'upstream'),
     ('redis', 'module + Redis', ['replay', 'mix'], 'upstream'),
     ('shm', 'module + shared-memory cache', ['replay', 'mix'], 'upstream'),
     ('express-idempotency',
@@ -73,17 +76,29 @@ SYSTEMS = [
      ['unique', 'unique-c1', 'replay'], 'self'),
     ('node-idempotency', 'express + @node-idempotency/core + Redis adapter',
      ['unique', 'unique-c1', 'replay'], 'self'),
+    # the peers' baseline: their route without the middleware
+    ('plain-express', 'plain express, no middleware (the peers\' limit)',
+     ['unique', 'unique-c1'], 'self'),
 ]
 LABEL = {s[0]: s[1] for s in SYSTEMS}
-MODULE_SYSTEMS = ('mysql', 'redis', 'shm')
+MODULE_SYSTEMS = ('mysql', 'mysql-flush1', 'redis', 'shm')
 PEERS = ('express-idempotency', 'node-idempotency')
+# systems served by their own node process (the rest: nginx in front of
+# the upstream)
+NODE_SYSTEMS = PEERS + ('plain-express',)
+# a system measured on another system's server
+SERVER = {'mysql-flush1': 'mysql'}
 MYSQL_VARS = ('Questions', 'Com_select', 'Com_insert', 'Com_update',
-              'Com_delete')
+              'Com_delete', 'Com_stmt_execute', 'Com_stmt_prepare')
+# innodb_flush_log_at_trx_commit as scripts/services.sh starts MariaDB;
+# 'mysql-flush1' runs with 1 and puts this back after its measurement
+FLUSH_DEFAULT = 2
 
 BODY = b'{"amount":4200,"currency":"EUR","customer":"cus_42"}'
 
 procs = []
 node_pids = {}
+flush_changed = False
 CLK_TCK = os.sysconf('SC_CLK_TCK')
 
 
@@ -143,6 +158,26 @@ def redis_commandstats():
         if m:
             st[m.group(1)] = int(m.group(2))
     return st
+
+
+def flush_log_at_trx_commit():
+    return int(mysql_root(
+        'SELECT @@global.innodb_flush_log_at_trx_commit').strip())
+
+
+def flush_log(value):
+    """SET GLOBAL innodb_flush_log_at_trx_commit; stop_all() puts back
+    FLUSH_DEFAULT if a run ends while it is changed."""
+    global flush_changed
+    if value != FLUSH_DEFAULT:
+        flush_changed = True
+    mysql_root('SET GLOBAL innodb_flush_log_at_trx_commit=%d' % value)
+    if value == FLUSH_DEFAULT:
+        flush_changed = False
+
+
+def port_of(system):
+    return PORTS[SERVER.get(system, system)]
 
 
 def reset_stores():
@@ -288,7 +323,7 @@ def service_pid(name):
 
 def cpu_snapshot(system):
     """CPU seconds used so far by each component a system involves"""
-    node = node_pids.get(system if system in PEERS else 'upstream')
+    node = node_pids.get(system if system in NODE_SYSTEMS else 'upstream')
     snap = {
         'nginx': sum(cpu_seconds(p) for p in nginx_workers()),
         'node': cpu_seconds(node) if node else 0.0,
@@ -310,6 +345,8 @@ def start_all():
         if not shutil.which(tool):
             die('%s not found (bench/setup.sh, make deps)' % tool)
     mysql_prepare_table()
+    # in case a killed run left the flush=1 setting behind
+    flush_log(FLUSH_DEFAULT)
     reset_stores()
     redis_url = 'redis://127.0.0.1:%d/%d' % (REDIS_PORT, REDIS_DB_PEERS)
     start_node('upstream', ['upstream.js', str(PORTS['upstream'])],
@@ -317,6 +354,9 @@ def start_all():
     for peer in PEERS:
         start_node(peer, ['node/peer-%s.js' % peer, str(PORTS[peer]),
                           redis_url], PORTS[peer])
+    start_node('plain-express', ['node/plain-express.js',
+                                 str(PORTS['plain-express'])],
+               PORTS['plain-express'])
     render_nginx()
     nginx('start')
     for s in ('return', 'proxy', 'mysql', 'redis', 'shm'):
@@ -324,6 +364,13 @@ def start_all():
 
 
 def stop_all():
+    if flush_changed:
+        try:
+            flush_log(FLUSH_DEFAULT)
+            log('innodb_flush_log_at_trx_commit set back to %d' %
+                FLUSH_DEFAULT)
+        except SystemExit:
+            pass
     try:
         nginx('stop')
     except SystemExit:
@@ -336,7 +383,7 @@ def stop_all():
             p.wait(5)
         except subprocess.TimeoutExpired:
             p.kill()
-    for name in ('upstream',) + PEERS:
+    for name in ('upstream',) + NODE_SYSTEMS:
         try:
             os.unlink(os.path.join(OUT, name + '.pid'))
         except OSError:
@@ -381,7 +428,7 @@ def counter_port(system):
     where = dict((s[0], s[3]) for s in SYSTEMS)[system]
     if where is None:
         return None
-    return PORTS['upstream'] if where == 'upstream' else PORTS[system]
+    return PORTS['upstream'] if where == 'upstream' else port_of(system)
 
 
 def upstream_stats(port, key=None):
@@ -416,7 +463,19 @@ def wrk(port, script, args, duration, connections=None, threads=None):
 # ---------------------------------------------------------- measurement
 
 def measure(rnd, system, workload):
-    port = PORTS[system]
+    if system != 'mysql-flush1':
+        return measure_one(rnd, system, workload)
+    # every commit flushed to disk, for this measurement (and its warm-up)
+    # only
+    flush_log(1)
+    try:
+        return measure_one(rnd, system, workload)
+    finally:
+        flush_log(FLUSH_DEFAULT)
+
+
+def measure_one(rnd, system, workload):
+    port = port_of(system)
     prefix = 'r%d-%s-%s-%06x' % (rnd, system, workload,
                                  random.getrandbits(24))
     script = {'return': 'unique', 'unique': 'unique', 'unique-c1': 'unique',
@@ -446,6 +505,8 @@ def measure(rnd, system, workload):
     my1, rd1 = mysql_status(), redis_commandstats()
     rss1 = workers_rss() if system in MODULE_SYSTEMS else None
     ex1 = upstream_stats(cport)['executions'] if cport else None
+    # the setting the measurement ran with (the module's durability)
+    flush = flush_log_at_trx_commit() if system in MODULE_SYSTEMS else None
 
     n = max(res['requests'], 1)
     rec = {
@@ -457,6 +518,7 @@ def measure(rnd, system, workload):
                   for k in set(rd0) | set(rd1)
                   if rd1.get(k, 0) - rd0.get(k, 0) > 0},
         'rss_before_kib': rss0, 'rss_after_kib': rss1,
+        'innodb_flush_log_at_trx_commit': flush,
         # CPU microseconds per request, per component (the whole machine:
         # other work on MariaDB and Redis counts too)
         'cpu_us_per_req': {k: (cpu1[k] - cpu0[k]) * 1e6 / max(
@@ -478,7 +540,7 @@ def measure(rnd, system, workload):
 def burst(system):
     """BENCH_BURST identical requests at once, same key and body, with a
     slow upstream; how many executions got through?"""
-    port = PORTS[system]
+    port = port_of(system)
     key = 'burst-%s-%08x' % (system, random.getrandbits(32))
     n = CFG['burst']
     barrier = threading.Barrier(n)
@@ -637,7 +699,8 @@ def bench():
             save('round-%d.json' % rnd, recs)
 
         reset_stores()
-        bursts = [burst(s) for s in ('proxy',) + MODULE_SYSTEMS + PEERS]
+        bursts = [burst(s) for s in
+                  ('proxy', 'mysql', 'redis', 'shm') + PEERS]
         save('burst.json', bursts)
 
         shm_rps = statistics.median(

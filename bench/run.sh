@@ -4,7 +4,8 @@
 #   bench/run.sh            all rounds, the burst and RSS runs, then
 #                           docs/benchmarks.md and docs/benchmarks.png
 #   bench/run.sh report     regenerate the docs from build/bench/results/
-#   bench/run.sh serve      start upstream, peers and nginx, wait for ^C
+#   bench/run.sh serve      start upstream, peers, plain express and nginx,
+#                           wait for ^C
 #
 # Environment (defaults in brackets): BENCH_ROUNDS [3], BENCH_DURATION [10]
 # seconds per measurement, BENCH_CONNECTIONS [64], BENCH_THREADS [2],

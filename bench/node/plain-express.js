@@ -1,0 +1,34 @@
+'use strict';
+// The peers' baseline: express with the same route as
+// bench/node/peer-*.js (express.json(), then the same execute() of
+// bench/upstream.js) and no idempotency middleware.  What a peer costs
+// over this is what its middleware and Redis cost.
+//
+//   node bench/node/plain-express.js PORT
+
+const express = require('express');
+const upstream = require('../upstream.js');
+
+const port = parseInt(process.argv[2] || '18093', 10);
+
+const app = express();
+app.set('x-powered-by', false);
+app.set('etag', false);
+
+app.all(['/__stats', '/__reset'], (req, res) => {
+    upstream.control(req.url, (status, type, body) => {
+        res.status(status).type(type).send(body);
+    });
+});
+
+app.use(express.json());
+
+app.post('*', (req, res) => {
+    upstream.execute(req.headers, (status, type, body) => {
+        res.status(status).type(type).send(body);
+    });
+});
+
+app.listen(port, '127.0.0.1', () => {
+    console.log(`plain express: 127.0.0.1:${port}`);
+});
