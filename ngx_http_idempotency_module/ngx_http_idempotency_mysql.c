@@ -1180,13 +1180,16 @@ ngx_http_idempotency_mysql_start(ngx_http_idempotency_mysql_conn_t *conn,
 
 /*
  * The waiting ops of the same slot join the op: one statement with a row
- * for each (BATCH_MAX at most), in the order they came.
+ * for each, in the order they came.  A statement has 1, 2, 4, 8 or 16
+ * rows, so that a connection prepares at most five of each kind (the
+ * server's max_prepared_stmt_count counts them over all its clients).
  */
 
 static void
 ngx_http_idempotency_mysql_gather(ngx_http_idempotency_mysql_conn_t *conn,
     ngx_http_idempotency_op_t *op)
 {
+    ngx_uint_t                           n;
     ngx_queue_t                         *q, *next;
     ngx_http_idempotency_op_t           *w, **tail;
     ngx_http_idempotency_mysql_conns_t  *conns;
@@ -1194,9 +1197,26 @@ ngx_http_idempotency_mysql_gather(ngx_http_idempotency_mysql_conn_t *conn,
     conns = conn->conns;
     tail = &op->batch_next;
 
+    n = 1;
+
     for (q = ngx_queue_head(&conns->waiting);
          q != ngx_queue_sentinel(&conns->waiting)
-         && conn->nbatch < NGX_HTTP_IDEMPOTENCY_BATCH_MAX;
+         && n < NGX_HTTP_IDEMPOTENCY_BATCH_MAX;
+         q = ngx_queue_next(q))
+    {
+        w = ngx_queue_data(q, ngx_http_idempotency_op_t, queue);
+
+        if (w->stmt == op->stmt && !w->single) {
+            n++;
+        }
+    }
+
+    while (n & (n - 1)) {
+        n &= n - 1;
+    }
+
+    for (q = ngx_queue_head(&conns->waiting);
+         q != ngx_queue_sentinel(&conns->waiting) && conn->nbatch < n;
          q = next)
     {
         next = ngx_queue_next(q);
