@@ -229,9 +229,9 @@ bench-sqlcost: deps services  ## mariadbd CPU per request of each statement
 	          read-dup first; do \
 	    build/sqlcost $$m $(SQLCOST_THREADS) $(SQLCOST_REQUESTS) \
 	        $(MYSQL_PORT) build/services/mysql.pid || exit 1; done
-	@for n in 2 4 8 16; do \
-	    build/sqlcost first-batch $(SQLCOST_THREADS) $(SQLCOST_REQUESTS) \
-	        $(MYSQL_PORT) build/services/mysql.pid $$n || exit 1; done
+	@for m in first-batch read-batch; do for n in 2 4 8 16; do \
+	    build/sqlcost $$m $(SQLCOST_THREADS) $(SQLCOST_REQUESTS) \
+	        $(MYSQL_PORT) build/services/mysql.pid $$n || exit 1; done; done
 
 # the benchmark (bench/, docs/benchmarks.md), not part of `make test`:
 # BENCH_ROUNDS, BENCH_DURATION, BENCH_CONNECTIONS, BENCH_THREADS and

@@ -18,6 +18,7 @@
  *   claim-new        the prepared INSERT IGNORE of a new key
  *   claim-dup        the same for a key that exists, then its READ
  *   read-dup         the prepared READ (point SELECT) of a key that exists
+ *   read-batch       the same, BATCH keys to a statement
  *   first            INSERT, then the completion UPDATE (300-byte record)
  *   first-batch      the same, BATCH requests to a statement each
  *
@@ -79,14 +80,13 @@ static const char  claim_row[] =
     "UTC_TIMESTAMP(3) + INTERVAL ? SECOND)";
 
 static const char  read_sql[] =
-    "SELECT state, owner = ?, IFNULL(fingerprint = ?, 1), "
+    "SELECT key_hash, state, owner, fingerprint, "
     "GREATEST(TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(3), expires_at), 0), "
-    "CASE WHEN expires_at <= UTC_TIMESTAMP(3) AND (state <> 0 "
-    "OR lease_until <= UTC_TIMESTAMP(3)) THEN 1 WHEN state = 0 "
-    "AND lease_until <= UTC_TIMESTAMP(3) AND IFNULL(fingerprint = ?, 1) "
-    "THEN 2 ELSE 0 END, status, IF(state = 1 "
-    "AND expires_at > UTC_TIMESTAMP(3) AND IFNULL(fingerprint = ?, 1), "
-    "response, NULL) FROM idempotency_keys WHERE key_hash = ?";
+    "expires_at <= UTC_TIMESTAMP(3) AND (state <> 0 "
+    "OR lease_until <= UTC_TIMESTAMP(3)), "
+    "state = 0 AND lease_until <= UTC_TIMESTAMP(3), status, "
+    "IF(state = 1 AND expires_at > UTC_TIMESTAMP(3) "
+    "AND IFNULL(fingerprint IN (";
 
 static const char  complete_sql[] =
     "UPDATE idempotency_keys SET state = ?, status = ?, "
@@ -216,10 +216,10 @@ execute(MYSQL_STMT *s, MYSQL_BIND *b)
 }
 
 
-/* the text of n claims, or of n completions, to a statement */
+/* the text of n claims (0), completions (1) or reads (2), to a statement */
 
 static char *
-batch_sql(int complete, int n)
+batch_sql(int what, int n)
 {
     int    i;
     char  *t, *p;
@@ -227,7 +227,26 @@ batch_sql(int complete, int n)
     t = malloc(4096 + 256 * n);
     p = t;
 
-    if (!complete) {
+    if (what == 2) {
+        p += sprintf(p, "%s", read_sql);
+
+        for (i = 0; i < n; i++) {
+            p += sprintf(p, "%s?", i ? ", " : "");
+        }
+
+        p += sprintf(p, "), 1), response, NULL) FROM idempotency_keys "
+                     "WHERE key_hash IN (");
+
+        for (i = 0; i < n; i++) {
+            p += sprintf(p, "%s?", i ? ", " : "");
+        }
+
+        sprintf(p, ")");
+
+        return t;
+    }
+
+    if (what == 0) {
         p += sprintf(p, "INSERT IGNORE INTO idempotency_keys " COLS
                      " VALUES ");
 
@@ -287,11 +306,8 @@ client(void *arg)
     sql = malloc(65536);
     b = calloc(9 * SQLCOST_BATCH, sizeof(MYSQL_BIND));
 
-    ins = prepare(m, "INSERT IGNORE INTO idempotency_keys " COLS " VALUES "
-                     "(?, 0, ?, ?, UTC_TIMESTAMP(3), "
-                     "UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND, "
-                     "UTC_TIMESTAMP(3) + INTERVAL ? SECOND)");
-    rd = prepare(m, read_sql);
+    ins = prepare(m, batch_sql(0, 1));
+    rd = prepare(m, batch_sql(2, 1));
     upd = prepare(m, complete_sql);
     bins = NULL;
     bupd = NULL;
@@ -299,6 +315,10 @@ client(void *arg)
     if (strcmp(mode, "first-batch") == 0) {
         bins = prepare(m, batch_sql(0, batch));
         bupd = prepare(m, batch_sql(1, batch));
+    }
+
+    if (strcmp(mode, "read-batch") == 0) {
+        bins = prepare(m, batch_sql(2, batch));
     }
 
     hex(fh, fp, 32);
@@ -324,12 +344,22 @@ client(void *arg)
         }
 
         if (strcmp(mode, "read-dup") == 0) {
-            bytes(&b[0], o[0], &olen);
-            bytes(&b[1], fp, &flen);
-            bytes(&b[2], fp, &flen);
-            bytes(&b[3], fp, &flen);
-            bytes(&b[4], k[0], &klen);
+            bytes(&b[0], fp, &flen);
+            bytes(&b[1], k[0], &klen);
             execute(rd, b);
+            continue;
+        }
+
+        if (strcmp(mode, "read-batch") == 0) {
+            n = batch;
+
+            for (j = 0; j < n; j++) {
+                memcpy(k[j], keys[rand_r(&seed) % SQLCOST_KEYS], 32);
+                bytes(&b[j], fp, &flen);
+                bytes(&b[n + j], k[j], &klen);
+            }
+
+            execute(bins, b);
             continue;
         }
 
@@ -341,11 +371,8 @@ client(void *arg)
             num(&b[4], &ttl);
 
             if (execute(ins, b) == 0) {
-                bytes(&b[0], o[0], &olen);
-                bytes(&b[1], fp, &flen);
-                bytes(&b[2], fp, &flen);
-                bytes(&b[3], fp, &flen);
-                bytes(&b[4], k[0], &klen);
+                bytes(&b[0], fp, &flen);
+                bytes(&b[1], k[0], &klen);
                 execute(rd, b);
             }
 
@@ -528,7 +555,7 @@ main(int argc, char **argv)
     secs = (z.tv_sec - a.tv_sec) + (z.tv_nsec - a.tv_nsec) / 1e9;
 
     printf("%-16s batch %2d: %6.1f us of mariadbd CPU per request, "
-           "%6.0f requests/s\n", mode, strcmp(mode, "first-batch") ? 1 : batch,
+           "%6.0f requests/s\n", mode, strstr(mode, "batch") ? batch : 1,
            (c1 - c0) * 1e6 / sysconf(_SC_CLK_TCK) / ((double) nthreads * nreq),
            nthreads * nreq / secs);
 

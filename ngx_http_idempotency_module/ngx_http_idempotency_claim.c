@@ -66,7 +66,7 @@ static void ngx_http_idempotency_claim_seen(ngx_http_idempotency_ctx_t *ctx,
 static ngx_int_t ngx_http_idempotency_claim_next(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op);
 static ngx_uint_t ngx_http_idempotency_claim_won(
-    ngx_http_idempotency_op_t *op);
+    ngx_http_idempotency_op_t *op, u_char *token);
 static ngx_int_t ngx_http_idempotency_token(ngx_http_idempotency_ctx_t *ctx);
 static void ngx_http_idempotency_claim_done(ngx_http_idempotency_op_t *op);
 static ngx_int_t ngx_http_idempotency_claim_lost(ngx_http_request_t *r,
@@ -91,6 +91,8 @@ static void ngx_http_idempotency_release_key(
     ngx_http_idempotency_shard_t *shard, u_char *key_hash, u_char *token);
 static void ngx_http_idempotency_release_done(ngx_http_idempotency_op_t *op);
 static void ngx_http_idempotency_orphan_done(ngx_http_idempotency_op_t *op);
+static ngx_uint_t ngx_http_idempotency_field_is(ngx_str_t *f, u_char *data,
+    size_t len);
 static ngx_int_t ngx_http_idempotency_atoi(ngx_str_t *s);
 
 
@@ -475,8 +477,9 @@ static ngx_int_t
 ngx_http_idempotency_verdict(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op)
 {
-    ngx_int_t                         state, take, ttl_s;
+    ngx_int_t                         state, ttl_s;
     ngx_str_t                        *f;
+    ngx_uint_t                        same;
     ngx_http_idempotency_loc_conf_t  *ilcf;
 
     ilcf = ctx->conf;
@@ -487,8 +490,11 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
     /* the retention left, by the database's clock, in whole seconds */
     ttl_s = ngx_http_idempotency_atoi(&f[NGX_HTTP_IDEMPOTENCY_F_TTL_S]);
 
-    if (ngx_http_idempotency_atoi(&f[NGX_HTTP_IDEMPOTENCY_F_MINE]) == 1) {
-
+    if (ctx->has_token
+        && ngx_http_idempotency_field_is(&f[NGX_HTTP_IDEMPOTENCY_F_OWNER],
+                                         ctx->token,
+                                         NGX_HTTP_IDEMPOTENCY_TOKEN_LEN))
+    {
         /* our own row: an INSERT that committed, but whose answer was
          * lost with its connection, and was sent again */
 
@@ -496,20 +502,29 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
         return NGX_OK;
     }
 
-    take = ngx_http_idempotency_atoi(&f[NGX_HTTP_IDEMPOTENCY_F_TAKE]);
+    same = !ilcf->fingerprint
+           || ngx_http_idempotency_field_is(&f[NGX_HTTP_IDEMPOTENCY_F_FP],
+                                            ctx->fingerprint,
+                                            NGX_HTTP_IDEMPOTENCY_HASH_LEN);
 
-    if (take == NGX_HTTP_IDEMPOTENCY_TAKE_EXPIRED
-        || take == NGX_HTTP_IDEMPOTENCY_TAKE_LEASE)
+    /* past retention, or its owner died: the TAKE decides */
+
+    if (ngx_http_idempotency_atoi(&f[NGX_HTTP_IDEMPOTENCY_F_EXPIRED]) == 1) {
+        ctx->take = NGX_HTTP_IDEMPOTENCY_TAKE_EXPIRED;
+
+    } else if (same
+               && ngx_http_idempotency_atoi(&f[NGX_HTTP_IDEMPOTENCY_F_DEAD])
+                  == 1)
     {
-        /* past retention, or its owner died: the TAKE decides */
-        ctx->take = take;
+        ctx->take = NGX_HTTP_IDEMPOTENCY_TAKE_LEASE;
+    }
+
+    if (ctx->take) {
         ctx->take_ttl = ttl_s;
         return NGX_OK;
     }
 
-    if (ilcf->fingerprint
-        && ngx_http_idempotency_atoi(&f[NGX_HTTP_IDEMPOTENCY_F_SAME_FP]) != 1)
-    {
+    if (!same) {
         ctx->problem = NGX_HTTP_IDEMPOTENCY_P_MISMATCH;
         ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
                                      NGX_HTTP_IDEMPOTENCY_MISMATCH);
@@ -827,7 +842,10 @@ ngx_http_idempotency_claim_cleanup(ngx_http_idempotency_ctx_t *ctx)
         /* the client left while its claim was in flight: the claim may
          * still win, and then the key must be given back */
 
-        o = ngx_palloc(op->pool, sizeof(ngx_http_idempotency_orphan_t));
+        /* without a token, nothing the request sent can have won */
+        o = ctx->has_token
+            ? ngx_palloc(op->pool, sizeof(ngx_http_idempotency_orphan_t))
+            : NULL;
 
         if (o == NULL) {
             ngx_http_idempotency_op_detach(op);
@@ -884,7 +902,7 @@ ngx_http_idempotency_orphan_done(ngx_http_idempotency_op_t *op)
 
     o = op->data;
 
-    if (ngx_http_idempotency_claim_won(op)) {
+    if (ngx_http_idempotency_claim_won(op, o->token)) {
         ngx_http_idempotency_release_key(o->shard, o->key_hash, o->token);
     }
 }
@@ -893,7 +911,7 @@ ngx_http_idempotency_orphan_done(ngx_http_idempotency_op_t *op)
 /* the step made the key ours: an INSERT or a TAKE, or READ says so */
 
 static ngx_uint_t
-ngx_http_idempotency_claim_won(ngx_http_idempotency_op_t *op)
+ngx_http_idempotency_claim_won(ngx_http_idempotency_op_t *op, u_char *token)
 {
     if (op->rc != NGX_HTTP_IDEMPOTENCY_OP_OK) {
         return 0;
@@ -905,8 +923,17 @@ ngx_http_idempotency_claim_won(ngx_http_idempotency_op_t *op)
 
     return op->nrows == 1
            && op->nfields >= NGX_HTTP_IDEMPOTENCY_F_COUNT
-           && ngx_http_idempotency_atoi(
-                  &op->fields[NGX_HTTP_IDEMPOTENCY_F_MINE]) == 1;
+           && ngx_http_idempotency_field_is(
+                  &op->fields[NGX_HTTP_IDEMPOTENCY_F_OWNER], token,
+                  NGX_HTTP_IDEMPOTENCY_TOKEN_LEN);
+}
+
+
+static ngx_uint_t
+ngx_http_idempotency_field_is(ngx_str_t *f, u_char *data, size_t len)
+{
+    return f->data != NULL && f->len == len
+           && ngx_memcmp(f->data, data, len) == 0;
 }
 
 

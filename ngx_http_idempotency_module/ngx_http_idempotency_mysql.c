@@ -191,6 +191,9 @@ static int ngx_http_idempotency_mysql_execute(
     ngx_http_idempotency_mysql_conn_t *conn);
 static ngx_int_t ngx_http_idempotency_mysql_stmt_result(
     ngx_http_idempotency_mysql_conn_t *conn);
+static ngx_int_t ngx_http_idempotency_mysql_copy_row(
+    ngx_http_idempotency_op_t *op, MYSQL_BIND *bind, unsigned long *len,
+    my_bool *nul);
 static void ngx_http_idempotency_mysql_stmts_free(
     ngx_http_idempotency_mysql_conn_t *conn);
 static ngx_int_t ngx_http_idempotency_mysql_result(
@@ -1579,6 +1582,13 @@ ngx_http_idempotency_mysql_process(ngx_http_idempotency_mysql_conn_t *conn,
             }
 
             stmt = conn->stmt;
+
+            if (mysql_stmt_field_count(stmt)) {
+                conn->state = NGX_HTTP_IDEMPOTENCY_MYSQL_STMT_STORE;
+                status = mysql_stmt_store_result_start(&conn->ret, stmt);
+                break;
+            }
+
             rows = (uint64_t) mysql_stmt_affected_rows(stmt);
 
             if (conn->nbatch > 1) {
@@ -1597,14 +1607,8 @@ ngx_http_idempotency_mysql_process(ngx_http_idempotency_mysql_conn_t *conn,
                 op->affected_rows = rows;
             }
 
-            if (mysql_stmt_field_count(stmt) == 0) {
-                return ngx_http_idempotency_mysql_done(conn,
+            return ngx_http_idempotency_mysql_done(conn,
                                                 NGX_HTTP_IDEMPOTENCY_OP_OK);
-            }
-
-            conn->state = NGX_HTTP_IDEMPOTENCY_MYSQL_STMT_STORE;
-            status = mysql_stmt_store_result_start(&conn->ret, stmt);
-            break;
 
         case NGX_HTTP_IDEMPOTENCY_MYSQL_STMT_STORE:
 
@@ -1734,9 +1738,10 @@ ngx_http_idempotency_mysql_result(ngx_http_idempotency_mysql_conn_t *conn)
 
 
 /*
- * The first row of a prepared statement's stored result, into op->pool:
- * every column as text (the driver converts numbers), as the text
- * protocol gives them.  Reading a stored result does no I/O.
+ * A prepared statement's stored result, into op->pool: every column as
+ * text (the driver converts numbers), as the text protocol gives them.
+ * One op gets the first row; in a batch (op->match), each row goes to
+ * the ops it belongs to.  Reading a stored result does no I/O.
  */
 
 static ngx_int_t
@@ -1747,28 +1752,32 @@ ngx_http_idempotency_mysql_stmt_result(ngx_http_idempotency_mysql_conn_t *conn)
     MYSQL_RES                  *meta;
     MYSQL_BIND                 *b;
     ngx_int_t                   ok;
-    ngx_uint_t                  i, n;
+    ngx_uint_t                  i, n, r, rows;
     MYSQL_STMT                 *stmt;
     MYSQL_FIELD                *fields;
-    ngx_http_idempotency_op_t  *op;
-    my_bool                     nul[NGX_HTTP_IDEMPOTENCY_MAX_FIELDS];
-    unsigned long               len[NGX_HTTP_IDEMPOTENCY_MAX_FIELDS];
+    ngx_http_idempotency_op_t     *op, *m;
+    ngx_http_idempotency_param_t  *pm;
+    my_bool                        nul[NGX_HTTP_IDEMPOTENCY_MAX_FIELDS];
+    unsigned long                  len[NGX_HTTP_IDEMPOTENCY_MAX_FIELDS];
 
     op = conn->op;
     stmt = conn->stmt;
 
-    for (i = 0; i < NGX_HTTP_IDEMPOTENCY_MAX_FIELDS; i++) {
-        ngx_str_null(&op->fields[i]);
-    }
-
     n = mysql_stmt_field_count(stmt);
+    rows = (ngx_uint_t) mysql_stmt_num_rows(stmt);
 
-    op->nrows = (ngx_uint_t) mysql_stmt_num_rows(stmt);
-    op->nfields = ngx_min(n, NGX_HTTP_IDEMPOTENCY_MAX_FIELDS);
+    for (m = op; m; m = m->batch_next) {
+        for (i = 0; i < NGX_HTTP_IDEMPOTENCY_MAX_FIELDS; i++) {
+            ngx_str_null(&m->fields[i]);
+        }
+
+        m->nrows = 0;
+        m->nfields = ngx_min(n, NGX_HTTP_IDEMPOTENCY_MAX_FIELDS);
+    }
 
     ok = NGX_ERROR;
 
-    if (op->nrows == 0) {
+    if (rows == 0) {
         ok = NGX_OK;
         goto done;
     }
@@ -1809,16 +1818,49 @@ ngx_http_idempotency_mysql_stmt_result(ngx_http_idempotency_mysql_conn_t *conn)
         goto done;
     }
 
-    rc = mysql_stmt_fetch(stmt);   /* a stored row: no I/O */
+    if (conn->nbatch == 1 || !op->match) {
+        rc = mysql_stmt_fetch(stmt);   /* a stored row: no I/O */
 
-    if (rc != 0) {
+        if (rc != 0) {
+            goto done;
+        }
+
+        op->nrows = rows;
+
+        for (i = 0; i < op->nfields; i++) {
+            if (!nul[i]) {
+                op->fields[i].data = conn->bind[i].buffer;
+                op->fields[i].len = len[i];
+            }
+        }
+
+        ok = NGX_OK;
         goto done;
     }
 
-    for (i = 0; i < op->nfields; i++) {
-        if (!nul[i]) {
-            op->fields[i].data = conn->bind[i].buffer;
-            op->fields[i].len = len[i];
+    for (r = 0; r < rows; r++) {
+        rc = mysql_stmt_fetch(stmt);
+
+        if (rc != 0 || nul[0]) {
+            goto done;
+        }
+
+        for (m = op; m; m = m->batch_next) {
+            pm = &m->params[op->match - 1];
+
+            if (m->nparams < op->match
+                || pm->data == NULL
+                || pm->len != len[0]
+                || ngx_memcmp(pm->data, conn->bind[0].buffer, len[0]) != 0)
+            {
+                continue;
+            }
+
+            if (ngx_http_idempotency_mysql_copy_row(m, conn->bind, len, nul)
+                != NGX_OK)
+            {
+                goto done;
+            }
         }
     }
 
@@ -1832,6 +1874,39 @@ done:
                    "idempotency mysql %s: %ui rows", op->name, op->nrows);
 
     return ok;
+}
+
+
+/* a fetched row into one op of a batch, in its own pool */
+
+static ngx_int_t
+ngx_http_idempotency_mysql_copy_row(ngx_http_idempotency_op_t *op,
+    MYSQL_BIND *bind, unsigned long *len, my_bool *nul)
+{
+    u_char      *p;
+    ngx_uint_t   i;
+
+    for (i = 0; i < op->nfields; i++) {
+
+        if (nul[i]) {
+            ngx_str_null(&op->fields[i]);
+            continue;
+        }
+
+        p = ngx_pnalloc(op->pool, len[i] ? len[i] : 1);
+        if (p == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_memcpy(p, bind[i].buffer, len[i]);
+
+        op->fields[i].data = p;
+        op->fields[i].len = len[i];
+    }
+
+    op->nrows = 1;
+
+    return NGX_OK;
 }
 
 

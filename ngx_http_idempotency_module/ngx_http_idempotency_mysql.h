@@ -84,6 +84,10 @@ struct ngx_http_idempotency_op_s {
     const char                           *layout;
     unsigned                              rerun:1;
 
+    /* a batch's result rows go to the ops whose param match - 1 is
+     * equal to the row's first column; the others get no row */
+    ngx_uint_t                            match;
+
     /* called once, never from inside ngx_http_idempotency_op_run() */
     ngx_http_idempotency_op_handler_pt    handler;
     void                                 *data;

@@ -29,14 +29,14 @@ static u_char *ngx_http_idempotency_hex(u_char *p, u_char *src, size_t len);
  *
  * A first request is one INSERT IGNORE: a new row is ours (one affected
  * row), and nothing is read.  A key that exists is read by a point
- * SELECT on the primary key, without a row lock or undo; it tells who
- * holds the key, whether the key may be taken over (past retention and
- * not held by a live lease: a new operation; or in progress with a dead
- * lease and the same fingerprint: the owner died), and, for a completed
- * key with the same fingerprint, the stored response (never read for a
- * mismatch, a key in progress or an expired key).  A takeover is an
- * UPDATE conditional on the same tests, so of two requests taking the
- * same row over only one changes it.
+ * SELECT on the primary key, without a row lock or undo; its row tells
+ * (claim.c) who holds the key, whether the key may be taken over (past
+ * retention and not held by a live lease: a new operation; or in
+ * progress with a dead lease and the same fingerprint: the owner died),
+ * and, for a completed key, the stored response (never read for a key in
+ * progress or an expired key).  A takeover is an UPDATE conditional on
+ * the same tests, so of two requests taking the same row over only one
+ * changes it.
  *
  * A fingerprint bound as NULL compares as equal: the location does not
  * compare fingerprints (and stores zeros).
@@ -80,16 +80,25 @@ static ngx_http_idempotency_part_t  ngx_http_idempotency_claim_parts[] = {
 };
 
 
-/* READ: owner, fingerprint x3, key; the columns of sql.h's F_* */
+/*
+ * READ: fingerprints (NULL: not compared), then keys; the columns of
+ * sql.h's F_*, a row for each key that exists.  The row is compared with
+ * the request's owner and fingerprint in claim.c, so that the READs of
+ * many requests can share a statement; the stored response is read only
+ * for a fingerprint of one of them (or when one of them compares none).
+ */
 
 static ngx_http_idempotency_part_t  ngx_http_idempotency_read_parts[] = {
-    { "SELECT state, owner = ?, IFNULL(fingerprint = ?, 1), "
+    { "SELECT key_hash, state, owner, fingerprint, "
       "GREATEST(TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(3), expires_at), 0), "
-      "CASE WHEN " NGX_HTTP_IDEMPOTENCY_SQL_EXPIRED " THEN 1 "
-      "WHEN " NGX_HTTP_IDEMPOTENCY_SQL_DEAD " THEN 2 ELSE 0 END, "
-      "status, IF(state = 1 AND expires_at > UTC_TIMESTAMP(3) "
-      "AND IFNULL(fingerprint = ?, 1), response, NULL) "
-      "FROM `%V` WHERE key_hash = ?", NULL },
+      NGX_HTTP_IDEMPOTENCY_SQL_EXPIRED ", "
+      "state = 0 AND lease_until <= UTC_TIMESTAMP(3), status, "
+      "IF(state = 1 AND expires_at > UTC_TIMESTAMP(3) "
+      "AND IFNULL(fingerprint IN (", NULL },
+    { "?", ", " },
+    { "), 1), response, NULL) FROM `%V` WHERE key_hash IN (", NULL },
+    { "?", ", " },
+    { ")", NULL },
     { NULL, NULL }
 };
 
@@ -148,6 +157,8 @@ static ngx_http_idempotency_part_t  ngx_http_idempotency_completes_parts[] = {
 
 static ngx_str_t *ngx_http_idempotency_claim_rows(
     ngx_http_idempotency_shard_t *shard, ngx_uint_t n);
+static ngx_str_t *ngx_http_idempotency_read_rows(
+    ngx_http_idempotency_shard_t *shard, ngx_uint_t n);
 static ngx_str_t *ngx_http_idempotency_complete_rows(
     ngx_http_idempotency_shard_t *shard, ngx_uint_t n);
 
@@ -162,7 +173,8 @@ static ngx_http_idempotency_stmt_def_t
       ngx_http_idempotency_claim_rows, "01234", 0,
       NGX_HTTP_IDEMPOTENCY_OP_CLAIM },
 
-    { ngx_http_idempotency_read_parts, NULL, NULL, NULL, 0,
+    { ngx_http_idempotency_read_parts, ngx_http_idempotency_read_parts,
+      ngx_http_idempotency_read_rows, "0,1", 0,
       NGX_HTTP_IDEMPOTENCY_OP_READ },
     { ngx_http_idempotency_take_parts, NULL, NULL, NULL, 0,
       NGX_HTTP_IDEMPOTENCY_OP_TAKEOVER },
@@ -209,12 +221,12 @@ ngx_http_idempotency_stmt_text(ngx_http_idempotency_store_t *store,
     part = (n == 1) ? ngx_http_idempotency_stmts[stmt].one
                     : ngx_http_idempotency_stmts[stmt].many;
 
-    size = store->table.len;
+    size = 0;
 
     for (i = 0; part[i].text; i++) {
         size += part[i].sep ? n * (ngx_strlen(part[i].text)
                                    + ngx_strlen(part[i].sep))
-                            : ngx_strlen(part[i].text);
+                            : ngx_strlen(part[i].text) + store->table.len;
     }
 
     p = ngx_pnalloc(ngx_cycle->pool, size);
@@ -225,12 +237,15 @@ ngx_http_idempotency_stmt_text(ngx_http_idempotency_store_t *store,
     text->data = p;
     last = p + size;
 
-    /* the first part names the table */
-    p = ngx_slprintf(p, last, part[0].text, &store->table);
+    for ( /* void */ ; part->text; part++) {
 
-    for (part++; part->text; part++) {
+        if (part->sep == NULL) {
+            /* "%V": the table */
+            p = ngx_slprintf(p, last, part->text, &store->table);
+            continue;
+        }
 
-        for (i = 0; i < (part->sep ? n : 1); i++) {
+        for (i = 0; i < n; i++) {
             if (i) {
                 p = ngx_cpymem(p, part->sep, ngx_strlen(part->sep));
             }
@@ -251,6 +266,15 @@ ngx_http_idempotency_claim_rows(ngx_http_idempotency_shard_t *shard,
 {
     return ngx_http_idempotency_stmt_text(shard->store,
                                           NGX_HTTP_IDEMPOTENCY_STMT_CLAIM, n);
+}
+
+
+static ngx_str_t *
+ngx_http_idempotency_read_rows(ngx_http_idempotency_shard_t *shard,
+    ngx_uint_t n)
+{
+    return ngx_http_idempotency_stmt_text(shard->store,
+                                          NGX_HTTP_IDEMPOTENCY_STMT_READ, n);
 }
 
 
@@ -333,15 +357,14 @@ ngx_http_idempotency_sql_claim(ngx_http_idempotency_shard_t *shard,
         break;
 
     case NGX_HTTP_IDEMPOTENCY_STMT_READ:
-        if (ngx_http_idempotency_op_bytes(op, cl->owner, 16) != NGX_OK
-            || ngx_http_idempotency_op_bytes(op, fp, 32) != NGX_OK
-            || ngx_http_idempotency_op_bytes(op, fp, 32) != NGX_OK
-            || ngx_http_idempotency_op_bytes(op, fp, 32) != NGX_OK
+        if (ngx_http_idempotency_op_bytes(op, fp, 32) != NGX_OK
             || ngx_http_idempotency_op_bytes(op, cl->key_hash, 32) != NGX_OK)
         {
             goto failed;
         }
 
+        /* in a batch, the row whose key_hash is this op's key */
+        op->match = 2;
         break;
 
     default: /* NGX_HTTP_IDEMPOTENCY_STMT_TAKE */

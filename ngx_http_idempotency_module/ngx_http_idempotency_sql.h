@@ -19,14 +19,16 @@
 #define NGX_HTTP_IDEMPOTENCY_STMT_COMPLETE  4
 
 /* the columns of the row the claim's READ returns */
-#define NGX_HTTP_IDEMPOTENCY_F_STATE      0
-#define NGX_HTTP_IDEMPOTENCY_F_MINE       1
-#define NGX_HTTP_IDEMPOTENCY_F_SAME_FP    2
-#define NGX_HTTP_IDEMPOTENCY_F_TTL_S      3
-#define NGX_HTTP_IDEMPOTENCY_F_TAKE       4
-#define NGX_HTTP_IDEMPOTENCY_F_STATUS     5
-#define NGX_HTTP_IDEMPOTENCY_F_RESPONSE   6
-#define NGX_HTTP_IDEMPOTENCY_F_COUNT      7
+#define NGX_HTTP_IDEMPOTENCY_F_KEY        0
+#define NGX_HTTP_IDEMPOTENCY_F_STATE      1
+#define NGX_HTTP_IDEMPOTENCY_F_OWNER      2
+#define NGX_HTTP_IDEMPOTENCY_F_FP         3
+#define NGX_HTTP_IDEMPOTENCY_F_TTL_S      4   /* retention left, s */
+#define NGX_HTTP_IDEMPOTENCY_F_EXPIRED    5   /* past retention, no lease */
+#define NGX_HTTP_IDEMPOTENCY_F_DEAD       6   /* in progress, lease ended */
+#define NGX_HTTP_IDEMPOTENCY_F_STATUS     7
+#define NGX_HTTP_IDEMPOTENCY_F_RESPONSE   8   /* completed, unexpired */
+#define NGX_HTTP_IDEMPOTENCY_F_COUNT      9
 
 /* "take": the row may be taken over, and why */
 #define NGX_HTTP_IDEMPOTENCY_TAKE_EXPIRED 1
