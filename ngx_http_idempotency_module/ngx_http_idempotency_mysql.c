@@ -60,6 +60,14 @@
 #define NGX_HTTP_IDEMPOTENCY_MYSQL_EXECUTE      6
 #define NGX_HTTP_IDEMPOTENCY_MYSQL_STMT_STORE   7
 
+/*
+ * Statements of one batchable kind that a worker runs at a time on one
+ * server: the ops that come meanwhile wait and share the next statement
+ * (one round trip at most), instead of taking more connections for
+ * statements of one row each.
+ */
+#define NGX_HTTP_IDEMPOTENCY_MYSQL_BATCH_RUNNING  2
+
 /* _cont calls allowed to let an interrupted call fail on a dead socket */
 #define NGX_HTTP_IDEMPOTENCY_MYSQL_ABORT_STEPS  16
 
@@ -183,6 +191,8 @@ static ngx_int_t ngx_http_idempotency_mysql_unbatch(
 static void ngx_http_idempotency_mysql_finish_all(
     ngx_http_idempotency_op_t *op, ngx_uint_t rc);
 static void ngx_http_idempotency_mysql_flush(ngx_event_t *ev);
+static ngx_http_idempotency_op_t *ngx_http_idempotency_mysql_startable(
+    ngx_http_idempotency_mysql_conns_t *conns);
 static void ngx_http_idempotency_mysql_bind(MYSQL_BIND *b,
     ngx_http_idempotency_param_t *pm);
 static int ngx_http_idempotency_mysql_prepare(
@@ -1337,7 +1347,7 @@ ngx_http_idempotency_mysql_flush(ngx_event_t *ev)
     conns = ev->data;
 
     while (!ngx_queue_empty(&conns->idle)
-           && !ngx_queue_empty(&conns->waiting))
+           && ngx_http_idempotency_mysql_startable(conns) != NULL)
     {
         q = ngx_queue_head(&conns->idle);
         ngx_queue_remove(q);
@@ -2097,27 +2107,71 @@ ngx_http_idempotency_mysql_abort_op(ngx_http_idempotency_mysql_conn_t *conn,
 static void
 ngx_http_idempotency_mysql_next(ngx_http_idempotency_mysql_conn_t *conn)
 {
-    ngx_queue_t                         *q;
-    ngx_http_idempotency_op_t           *op;
-    ngx_http_idempotency_mysql_conns_t  *conns;
-
-    conns = conn->conns;
+    ngx_http_idempotency_op_t  *op;
 
     for ( ;; ) {
 
-        if (ngx_queue_empty(&conns->waiting)) {
+        op = ngx_http_idempotency_mysql_startable(conn->conns);
+
+        if (op == NULL) {
             ngx_http_idempotency_mysql_park(conn);
             return;
         }
 
-        q = ngx_queue_head(&conns->waiting);
-        op = ngx_queue_data(q, ngx_http_idempotency_op_t, queue);
         ngx_http_idempotency_mysql_dequeue(op);
 
         if (ngx_http_idempotency_mysql_start(conn, op) != NGX_OK) {
             return;
         }
     }
+}
+
+
+/*
+ * The first waiting op that may start: any op but a batchable one of a
+ * kind that has BATCH_RUNNING statements running already (it waits for
+ * one of them, and then goes with the others of its kind).
+ */
+
+static ngx_http_idempotency_op_t *
+ngx_http_idempotency_mysql_startable(ngx_http_idempotency_mysql_conns_t *conns)
+{
+    ngx_uint_t                           n;
+    ngx_queue_t                         *q, *b;
+    ngx_http_idempotency_op_t           *op;
+    ngx_http_idempotency_mysql_conn_t   *c;
+
+    for (q = ngx_queue_head(&conns->waiting);
+         q != ngx_queue_sentinel(&conns->waiting);
+         q = ngx_queue_next(q))
+    {
+        op = ngx_queue_data(q, ngx_http_idempotency_op_t, queue);
+
+        if (op->batch == NULL || op->single) {
+            return op;
+        }
+
+        n = 0;
+
+        for (b = ngx_queue_head(&conns->busy);
+             b != ngx_queue_sentinel(&conns->busy);
+             b = ngx_queue_next(b))
+        {
+            c = ngx_queue_data(b, ngx_http_idempotency_mysql_conn_t, queue);
+
+            if (c->op && c->op->stmt == op->stmt
+                && c->state != NGX_HTTP_IDEMPOTENCY_MYSQL_CONNECT)
+            {
+                n++;
+            }
+        }
+
+        if (n < NGX_HTTP_IDEMPOTENCY_MYSQL_BATCH_RUNNING) {
+            return op;
+        }
+    }
+
+    return NULL;
 }
 
 
