@@ -6,7 +6,6 @@
 //   node bench/node/peer-express-idempotency.js PORT REDIS_URL
 //   (REDIS_URL e.g. redis://127.0.0.1:6380/8)
 
-const express = require('express');
 const idempotency = require('express-idempotency');
 const RedisAdapter = require('express-idempotency-redis-adapter').default;
 const upstream = require('../upstream.js');
@@ -16,17 +15,7 @@ const redisUrl = process.argv[3] || 'redis://127.0.0.1:6380/8';
 
 const adapter = new RedisAdapter({ connectionConfig: { url: redisUrl } });
 
-const app = express();
-app.set('x-powered-by', false);
-app.set('etag', false);
-
-app.all(['/__stats', '/__reset'], (req, res) => {
-    upstream.control(req.url, (status, type, body) => {
-        res.status(status).type(type).send(body);
-    });
-});
-
-app.use(express.json());
+const app = require('./app.js').app();
 
 app.post('*', idempotency.idempotency({ dataAdapter: adapter }),
     (req, res) => {

@@ -8,7 +8,6 @@
 //
 //   node bench/node/peer-node-idempotency.js PORT REDIS_URL
 
-const express = require('express');
 const { Idempotency, IdempotencyError, IdempotencyErrorCodes } =
     require('@node-idempotency/core');
 const { RedisStorageAdapter } =
@@ -67,17 +66,7 @@ async function idempotent(req, res, next) {
     next();
 }
 
-const app = express();
-app.set('x-powered-by', false);
-app.set('etag', false);
-
-app.all(['/__stats', '/__reset'], (req, res) => {
-    upstream.control(req.url, (status, type, body) => {
-        res.status(status).type(type).send(body);
-    });
-});
-
-app.use(express.json());
+const app = require('./app.js').app();
 
 app.post('*', idempotent, (req, res) => {
     upstream.execute(req.headers, (status, type, body) => {

@@ -6,22 +6,11 @@
 //
 //   node bench/node/plain-express.js PORT
 
-const express = require('express');
 const upstream = require('../upstream.js');
 
 const port = parseInt(process.argv[2] || '18093', 10);
 
-const app = express();
-app.set('x-powered-by', false);
-app.set('etag', false);
-
-app.all(['/__stats', '/__reset'], (req, res) => {
-    upstream.control(req.url, (status, type, body) => {
-        res.status(status).type(type).send(body);
-    });
-});
-
-app.use(express.json());
+const app = require('./app.js').app();
 
 app.post('*', (req, res) => {
     upstream.execute(req.headers, (status, type, body) => {
