@@ -174,8 +174,8 @@ ngx_http_idempotency_claim_step(ngx_http_request_t *r,
 
     /*
      * A READ before the request's first write needs no token: no row can
-     * be its own yet (owner = NULL is never true), and a duplicate that
-     * the READ answers never draws one.
+     * be its own yet, and a duplicate that the READ answers never draws
+     * one (RAND_bytes() is one of the dearest steps of a replay).
      */
 
     if ((stmt == NGX_HTTP_IDEMPOTENCY_STMT_READ && !ctx->has_token)
