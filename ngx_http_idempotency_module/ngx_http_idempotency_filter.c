@@ -278,9 +278,9 @@ ngx_http_idempotency_capture_chain(ngx_http_idempotency_ctx_t *ctx,
 
 /*
  * The memory of responses being captured and stored, per worker: a
- * captured byte counts three times, for its copy and for the two hex
- * digits it becomes in the completion statement.  At the limit a
- * response is still sent in full, and recorded as executed, not stored.
+ * captured byte counts twice, for its copy and for the record in one
+ * piece that the completion binds (complete.c).  At the limit a response
+ * is still sent in full, and recorded as executed, not stored.
  */
 
 static ngx_int_t
@@ -291,7 +291,7 @@ ngx_http_idempotency_charge(ngx_http_idempotency_ctx_t *ctx, size_t n)
     imcf = ngx_http_get_module_main_conf(ctx->request,
                                          ngx_http_idempotency_module);
 
-    if (ngx_http_idempotency_charged + 3 * n > imcf->capture_memory) {
+    if (ngx_http_idempotency_charged + 2 * n > imcf->capture_memory) {
         ngx_log_error(NGX_LOG_WARN, ctx->request->connection->log, 0,
                       "idempotency: response of key %V not stored: the "
                       "responses being stored by this worker hold %uz of "
@@ -301,8 +301,8 @@ ngx_http_idempotency_charge(ngx_http_idempotency_ctx_t *ctx, size_t n)
         return NGX_DECLINED;
     }
 
-    ngx_http_idempotency_charged += 3 * n;
-    *ctx->charged += 3 * n;
+    ngx_http_idempotency_charged += 2 * n;
+    *ctx->charged += 2 * n;
 
     return NGX_OK;
 }

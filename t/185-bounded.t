@@ -146,7 +146,7 @@ sub bg {
 
 # --------------------------------------------------- capture_memory
 {
-    # 300 KB counts 900 KB of the 1 MB: one fits, two at once do not
+    # 300 KB counts 600 KB of the 1 MB: one fits, two at once do not
     my ($ka, $kb) = ("$tag-mem-a", "$tag-mem-b");
     my $a = bg(key => $ka, body => 'x',
                uri => '/orders?size=300000&slow_body=1500');
