@@ -146,23 +146,24 @@ sub bg {
 
 # --------------------------------------------------- capture_memory
 {
-    # 300 KB counts 600 KB of the 1 MB: one fits, two at once do not
+    # 450 KB counts 900 KB of the 1 MB (twice: its copy and the record):
+    # one fits, two at once do not
     my ($ka, $kb) = ("$tag-mem-a", "$tag-mem-b");
     my $a = bg(key => $ka, body => 'x',
-               uri => '/orders?size=300000&slow_body=1500');
+               uri => '/orders?size=450000&slow_body=1500');
     sleep 0.5;
-    my $b = post('/orders?size=300000', $kb);
+    my $b = post('/orders?size=450000', $kb);
     is(st($b), '201 new', 'the second at once: the client gets it');
-    is(length $b->{body}, 300000, '... in full');
+    is(length $b->{body}, 450000, '... in full');
     my $ra = $a->();
     is($ra->{st}, '201 new', 'the slow one: the client gets it');
-    is($ra->{len}, 300000, '... in full');
+    is($ra->{len}, 450000, '... in full');
     sleep 0.2;
 
-    my $r = post('/orders?size=300000&slow_body=1500', $ka);
+    my $r = post('/orders?size=450000&slow_body=1500', $ka);
     is(st($r), '201 replay', 'the one that fitted is replayed');
-    is(length $r->{body}, 300000, '... in full');
-    is(st(post('/orders?size=300000', $kb)), '410 unstored',
+    is(length $r->{body}, 450000, '... in full');
+    is(st(post('/orders?size=450000', $kb)), '410 unstored',
        'the one over the cap: 410 to its retry');
     is(backend_count($ka) + backend_count($kb), 2, 'each executed once');
     like($ngx->error_log, qr/\[warn\].*response of key ${\ key_id($kb)} not stored: the responses being stored by this worker hold \d+ of idempotency_capture_memory 1048576/,
