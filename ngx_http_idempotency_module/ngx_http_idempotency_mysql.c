@@ -2545,11 +2545,14 @@ ngx_http_idempotency_mysql_op_timeout(ngx_event_t *ev)
     if (conn && conn->op != op) {
         /* one of the others of a batch: it alone ends, the rest goes on */
 
-        for (m = conn->op; m->batch_next != op; m = m->batch_next) {
+        for (m = conn->op; m && m->batch_next != op; m = m->batch_next) {
             /* void */
         }
 
-        m->batch_next = op->batch_next;
+        if (m) {
+            m->batch_next = op->batch_next;
+        }
+
         op->batch_next = NULL;
 
         ngx_http_idempotency_mysql_op_finish(op,
