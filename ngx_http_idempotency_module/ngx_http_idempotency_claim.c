@@ -316,6 +316,8 @@ ngx_http_idempotency_claim_next(ngx_http_request_t *r,
             return 0;
         }
 
+        ctx->exists = 1;
+
         return NGX_HTTP_IDEMPOTENCY_STMT_READ;
 
     case NGX_HTTP_IDEMPOTENCY_STMT_READ:
@@ -328,6 +330,8 @@ ngx_http_idempotency_claim_next(ngx_http_request_t *r,
             /* no such key, or its owner's release deleted it since */
             return NGX_HTTP_IDEMPOTENCY_STMT_CLAIM;
         }
+
+        ctx->exists = 1;
 
         if (op->nfields < NGX_HTTP_IDEMPOTENCY_F_COUNT) {
             ngx_http_idempotency_store_failed(r, ctx, op);
@@ -682,7 +686,7 @@ static void
 ngx_http_idempotency_store_failed(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op)
 {
-    ngx_uint_t                        level;
+    ngx_uint_t                        level, pass;
     const char                       *what;
     ngx_http_idempotency_loc_conf_t  *ilcf;
 
@@ -719,8 +723,15 @@ ngx_http_idempotency_store_failed(ngx_http_request_t *r,
         return;
     }
 
-    level = (ilcf->on_store_error == NGX_HTTP_IDEMPOTENCY_STORE_PASS)
-            ? NGX_LOG_WARN : NGX_LOG_ERR;
+    /*
+     * A key whose row this request has seen (its INSERT was refused, or a
+     * READ found it) may have run already: it is never passed unprotected
+     */
+
+    pass = (ilcf->on_store_error == NGX_HTTP_IDEMPOTENCY_STORE_PASS
+            && !ctx->exists);
+
+    level = pass ? NGX_LOG_WARN : NGX_LOG_ERR;
 
     ngx_log_error(level, r->connection->log, 0,
                   "idempotency store \"%V\" mysql=%V: claim of key %V "
@@ -728,11 +739,12 @@ ngx_http_idempotency_store_failed(ngx_http_request_t *r,
                   &ilcf->store->name, &ctx->shard->name, &ctx->key_id, what,
                   op->err_text.len ? " (" : "", op->err_text.len,
                   op->err_text.data, op->err_text.len ? ")" : "",
-                  ilcf->on_store_error == NGX_HTTP_IDEMPOTENCY_STORE_PASS
-                  ? "passing the request unprotected"
-                  : "rejecting the request");
+                  pass ? "passing the request unprotected"
+                       : ctx->exists ? "rejecting the request (the key "
+                                       "exists: never passed)"
+                                     : "rejecting the request");
 
-    if (ilcf->on_store_error == NGX_HTTP_IDEMPOTENCY_STORE_PASS) {
+    if (pass) {
         ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_FORWARD,
                                      NGX_HTTP_IDEMPOTENCY_ERROR);
         return;

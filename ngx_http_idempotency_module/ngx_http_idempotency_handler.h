@@ -104,6 +104,7 @@ struct ngx_http_idempotency_ctx_s {
     unsigned                           keeping:1;  /* until committed */
     unsigned                           gone:1;     /* client unwritable */
     unsigned                           in_progress:1; /* seen so */
+    unsigned                           exists:1;   /* its row seen */
     unsigned                           capturing:1;
     unsigned                           capture_seen:1;
     unsigned                           too_large:1;

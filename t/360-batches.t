@@ -47,9 +47,27 @@ sub counters {
 # connections and share statements
 $slow = IdemStress::tcp_proxy($SLOW, $ENV{TEST_NGINX_MYSQL_PORT}, 0.02);
 
+# an account that may insert rows and complete them (its UPDATE reads
+# key_hash and owner), but not read them: a claim's READ fails
+sub root_sql {
+    my ($sql) = @_;
+    system("$MARIADB -e \"$sql\"") == 0 or die "mariadb failed: $sql\n";
+}
+
+my $db = $ENV{TEST_NGINX_MYSQL_DB} || 'idempotency';
+root_sql("CREATE USER IF NOT EXISTS 'idem_noread'\@'127.0.0.1'"
+         . " IDENTIFIED BY 'noread'");
+root_sql("GRANT INSERT, UPDATE, DELETE ON $db.* TO"
+         . " 'idem_noread'\@'127.0.0.1'");
+root_sql("GRANT SELECT (key_hash, owner) ON $db.idempotency_keys TO"
+         . " 'idem_noread'\@'127.0.0.1'");
+
 # two connections for one worker
 $ngx = IdemStress::Nginx->start(name => 'batches', port => $P, workers => 1,
     http => store_line('main', $SLOW, pool => 2, query_timeout => '10s')
+          . store_line('noread', $ENV{TEST_NGINX_MYSQL_PORT},
+                       user => 'idem_noread', password => 'noread',
+                       purge => 'off')
           . <<"HTTP");
     upstream backend { server 127.0.0.1:$BACKEND_PORT; }
 
@@ -59,6 +77,13 @@ $ngx = IdemStress::Nginx->start(name => 'batches', port => $P, workers => 1,
         location /orders {
             idempotency main;
             proxy_pass http://backend;
+            add_header X-Idem \$idempotency_status always;
+        }
+
+        location /noread {
+            idempotency noread;
+            idempotency_on_store_error pass;
+            proxy_pass http://backend/orders;
             add_header X-Idem \$idempotency_status always;
         }
     }
@@ -131,6 +156,19 @@ $r = http_one(%{ post($new, body => 'y') });
 is("$r->{status} " . idem($r), '422 mismatch',
    '... and a different body is refused');
 is(backend_count($new), 1, '... executed once');
+
+# ------------------------------------------------------------------------
+# the claim of a key that exists fails after its INSERT was refused: with
+# idempotency_on_store_error pass, it is still not forwarded
+
+my $k = "$tag-noread";
+$r = http_one(%{ post($k, uri => '/noread') });
+is("$r->{status} " . idem($r), '201 new', 'pass: a new key is forwarded');
+$r = http_one(%{ post($k, uri => '/noread') });
+is($r->{status}, 503, '... its duplicate, whose READ fails, gets 503');
+is(backend_count($k), 1, '... and is not forwarded: executed once');
+like($ngx->error_log, qr/claim of key \Q@{[ key_id($k) ]}\E failed: .*rejecting the request \(the key exists: never passed\)/,
+     '... the log says why');
 
 unlike($ngx->error_log, qr/\[(alert|crit|emerg)\]/, 'no alert in the log');
 is_deeply([ $ngx->crashes ], [], 'no worker crashed');
