@@ -80,7 +80,7 @@ SCHEMA=$ROOT/mysql/schema.sql
 
 # the tuning of the default set's MariaDB servers
 DEFAULT_MYSQL_OPTS=(
-    --innodb-buffer-pool-size=64M
+    --innodb-buffer-pool-size=256M
     --innodb-log-file-size=32M
     --max-connections=500
     --thread-handling=pool-of-threads
