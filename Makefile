@@ -211,9 +211,11 @@ stress-short: deps build services  ## the short races and the faults, with figur
 dashboard: deps build services  ## make stress with its metrics scraped: docs/operations.png
 	@env $(TEST_ENV) bench/dashboard.sh
 
-# first-request throughput with 1 vs 2 MySQL shards (docs/scale-out.md)
+# first-request throughput with 1 vs 2 MySQL shards (docs/scale-out.md):
+# unlimited, and with each mariadbd held to SHARD_CPU CPUs (default 0.3)
+# by a cgroup quota, as if each shard were its own host (needs root)
 
-bench-shards: deps build services  ## first-request throughput with 1 and 2 shards
+bench-shards: deps build services  ## 1 and 2 shards, unlimited and at SHARD_CPU per shard
 	@bench/shards.sh
 
 # mariadbd CPU per request of each statement form (bench/sqlcost.c), on
