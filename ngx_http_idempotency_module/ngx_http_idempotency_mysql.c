@@ -64,9 +64,19 @@
  * Statements of one batchable kind that a worker runs at a time on one
  * server: the ops that come meanwhile wait and share the next statement
  * (one round trip at most), instead of taking more connections for
- * statements of one row each.
+ * statements of one row each.  One that has run for BATCH_SLOW ms no
+ * longer counts: a stalled statement (a lost connection, a lock wait)
+ * must not hold up every claim of the worker until it times out.
  */
-#define NGX_HTTP_IDEMPOTENCY_MYSQL_BATCH_RUNNING  2
+#define NGX_HTTP_IDEMPOTENCY_MYSQL_BATCH_RUNNING  1
+#define NGX_HTTP_IDEMPOTENCY_MYSQL_BATCH_SLOW     10
+
+/*
+ * The values a batch binds, at most (an op alone may bind more): a
+ * statement of many records must stay below max_allowed_packet when each
+ * record alone does (complete.c checks a record over 1 MB against it)
+ */
+#define NGX_HTTP_IDEMPOTENCY_MYSQL_BATCH_BYTES  (512 * 1024)
 
 /* _cont calls allowed to let an interrupted call fail on a dead socket */
 #define NGX_HTTP_IDEMPOTENCY_MYSQL_ABORT_STEPS  16
@@ -104,6 +114,9 @@ typedef struct {
     /* starts batchable ops at the end of the event loop iteration */
     ngx_event_t                        flush;
 
+    /* and when a running statement of their kind turns slow */
+    ngx_event_t                        slow;
+
     /* connect failures: backoff, and the error handed to OP_DOWN ops */
     ngx_http_idempotency_outage_t      outage;
     ngx_uint_t                         last_err;
@@ -138,7 +151,8 @@ typedef struct {
     int                                events;    /* the driver's mask */
     ngx_uint_t                         state;
     ngx_uint_t                         nresults;
-    ngx_msec_t                         started;
+    ngx_msec_t                         started;   /* its connect */
+    ngx_msec_t                         running;   /* since: conn->op */
 
     ngx_event_t                        timer;     /* connect_timeout */
     ngx_event_t                        wait;      /* MYSQL_WAIT_TIMEOUT */
@@ -186,6 +200,11 @@ static void ngx_http_idempotency_mysql_gather(
     ngx_http_idempotency_mysql_conn_t *conn, ngx_http_idempotency_op_t *op);
 static ngx_uint_t ngx_http_idempotency_mysql_members(
     ngx_http_idempotency_op_t *op);
+static size_t ngx_http_idempotency_mysql_op_size(
+    ngx_http_idempotency_op_t *op);
+static ngx_uint_t ngx_http_idempotency_mysql_batch_error(ngx_uint_t err);
+static void ngx_http_idempotency_mysql_rescue(
+    ngx_http_idempotency_mysql_conns_t *conns);
 static ngx_int_t ngx_http_idempotency_mysql_unbatch(
     ngx_http_idempotency_mysql_conn_t *conn, ngx_uint_t single);
 static void ngx_http_idempotency_mysql_finish_all(
@@ -592,6 +611,10 @@ ngx_http_idempotency_mysql_exit(ngx_cycle_t *cycle)
                 ngx_delete_posted_event(&conns->flush);
             }
 
+            if (conns->slow.timer_set) {
+                ngx_del_timer(&conns->slow);
+            }
+
             while (!ngx_queue_empty(&conns->waiting)) {
                 q = ngx_queue_head(&conns->waiting);
                 ngx_http_idempotency_mysql_op_drop(
@@ -667,6 +690,11 @@ ngx_http_idempotency_mysql_conns(ngx_http_idempotency_shard_t *shard)
     conns->flush.handler = ngx_http_idempotency_mysql_flush;
     conns->flush.data = conns;
     conns->flush.log = conns->log;
+
+    conns->slow.handler = ngx_http_idempotency_mysql_flush;
+    conns->slow.data = conns;
+    conns->slow.log = conns->log;
+    conns->slow.cancelable = 1;
 
     ngx_http_idempotency_outage_init(&conns->outage, conns->log,
                                      &shard->store->name, "mysql",
@@ -1150,6 +1178,7 @@ ngx_http_idempotency_mysql_start(ngx_http_idempotency_mysql_conn_t *conn,
 
     conn->state = NGX_HTTP_IDEMPOTENCY_MYSQL_QUERY;
     conn->nresults = 0;
+    conn->running = ngx_current_msec;
 
     op->err = 0;
     ngx_str_null(&op->err_text);
@@ -1202,6 +1231,7 @@ static void
 ngx_http_idempotency_mysql_gather(ngx_http_idempotency_mysql_conn_t *conn,
     ngx_http_idempotency_op_t *op)
 {
+    size_t                               size;
     ngx_uint_t                           n;
     ngx_queue_t                         *q, *next;
     ngx_http_idempotency_op_t           *w, **tail;
@@ -1211,6 +1241,7 @@ ngx_http_idempotency_mysql_gather(ngx_http_idempotency_mysql_conn_t *conn,
     tail = &op->batch_next;
 
     n = 1;
+    size = ngx_http_idempotency_mysql_op_size(op);
 
     for (q = ngx_queue_head(&conns->waiting);
          q != ngx_queue_sentinel(&conns->waiting)
@@ -1219,9 +1250,19 @@ ngx_http_idempotency_mysql_gather(ngx_http_idempotency_mysql_conn_t *conn,
     {
         w = ngx_queue_data(q, ngx_http_idempotency_op_t, queue);
 
-        if (w->stmt == op->stmt && !w->single) {
-            n++;
+        if (w->stmt != op->stmt || w->single) {
+            continue;
         }
+
+        /* the ops are taken in this order below: stop at one too many */
+
+        size += ngx_http_idempotency_mysql_op_size(w);
+
+        if (size > NGX_HTTP_IDEMPOTENCY_MYSQL_BATCH_BYTES) {
+            break;
+        }
+
+        n++;
     }
 
     while (n & (n - 1)) {
@@ -1253,6 +1294,22 @@ ngx_http_idempotency_mysql_gather(ngx_http_idempotency_mysql_conn_t *conn,
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, op->log, 0,
                    "idempotency mysql %s: %ui ops in one statement",
                    op->name, conn->nbatch);
+}
+
+
+static size_t
+ngx_http_idempotency_mysql_op_size(ngx_http_idempotency_op_t *op)
+{
+    size_t      size;
+    ngx_uint_t  i;
+
+    size = 0;
+
+    for (i = 0; i < op->nparams; i++) {
+        size += op->params[i].len;
+    }
+
+    return size;
 }
 
 
@@ -1356,6 +1413,25 @@ ngx_http_idempotency_mysql_flush(ngx_event_t *ev)
         conn = ngx_queue_data(q, ngx_http_idempotency_mysql_conn_t, queue);
 
         ngx_http_idempotency_mysql_next(conn);
+    }
+
+    ngx_http_idempotency_mysql_rescue(conns);
+}
+
+
+/*
+ * Waiting ops that no connection will serve (the idle one they were
+ * queued for closed meanwhile, and none is busy) get a new one.
+ */
+
+static void
+ngx_http_idempotency_mysql_rescue(ngx_http_idempotency_mysql_conns_t *conns)
+{
+    if (conns->nwaiting
+        && ngx_queue_empty(&conns->idle)
+        && ngx_queue_empty(&conns->busy))
+    {
+        ngx_http_idempotency_mysql_kick(conns);
     }
 }
 
@@ -2015,6 +2091,31 @@ ngx_http_idempotency_mysql_failed(ngx_http_idempotency_mysql_conn_t *conn)
         return NGX_DONE;
     }
 
+    if (op->batch_next && ngx_http_idempotency_mysql_batch_error(err)) {
+
+        /*
+         * a failure that may be the batch's own (its size, a deadlock or a
+         * lock wait among its rows, its statement gone): each op runs
+         * again alone, within its own deadline, and its own result counts
+         */
+
+        ngx_log_error(NGX_LOG_INFO, conns->log, 0,
+                      "idempotency store \"%V\" mysql=%V: %s of %ui "
+                      "failed: (%ui) %s, running each alone",
+                      &conns->store->name, &conns->shard->name,
+                      op->name, ngx_http_idempotency_mysql_members(op),
+                      err, text);
+
+        if (err >= CR_MIN_ERROR && err <= CR_MAX_ERROR) {
+            (void) ngx_http_idempotency_mysql_unbatch(conn, 1);
+            ngx_http_idempotency_mysql_discard(conn);
+            ngx_http_idempotency_mysql_kick(conns);
+            return NGX_DONE;
+        }
+
+        return ngx_http_idempotency_mysql_unbatch(conn, 1);
+    }
+
     ngx_http_idempotency_mysql_op_error(op, err, (u_char *) text,
                                         ngx_strlen(text));
 
@@ -2048,6 +2149,26 @@ ngx_http_idempotency_mysql_failed(ngx_http_idempotency_mysql_conn_t *conn)
 
     return ngx_http_idempotency_mysql_done(conn,
                                           NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR);
+}
+
+
+static ngx_uint_t
+ngx_http_idempotency_mysql_batch_error(ngx_uint_t err)
+{
+    switch (err) {
+
+    case ER_NET_PACKET_TOO_LARGE:
+    case CR_NET_PACKET_TOO_LARGE:
+    case ER_LOCK_DEADLOCK:
+    case ER_LOCK_WAIT_TIMEOUT:
+    case ER_UNKNOWN_STMT_HANDLER:
+    case CR_SERVER_GONE_ERROR:
+    case CR_SERVER_LOST:
+        return 1;
+
+    default:
+        return 0;
+    }
 }
 
 
@@ -2129,17 +2250,21 @@ ngx_http_idempotency_mysql_next(ngx_http_idempotency_mysql_conn_t *conn)
 
 /*
  * The first waiting op that may start: any op but a batchable one of a
- * kind that has BATCH_RUNNING statements running already (it waits for
- * one of them, and then goes with the others of its kind).
+ * kind that has BATCH_RUNNING statements running for less than BATCH_SLOW
+ * ms (it waits for one of them to end, and then goes with the others of
+ * its kind, or for it to turn slow).
  */
 
 static ngx_http_idempotency_op_t *
 ngx_http_idempotency_mysql_startable(ngx_http_idempotency_mysql_conns_t *conns)
 {
     ngx_uint_t                           n;
+    ngx_msec_t                           age, wake;
     ngx_queue_t                         *q, *b;
     ngx_http_idempotency_op_t           *op;
     ngx_http_idempotency_mysql_conn_t   *c;
+
+    wake = NGX_HTTP_IDEMPOTENCY_MYSQL_BATCH_SLOW;
 
     for (q = ngx_queue_head(&conns->waiting);
          q != ngx_queue_sentinel(&conns->waiting);
@@ -2159,16 +2284,38 @@ ngx_http_idempotency_mysql_startable(ngx_http_idempotency_mysql_conns_t *conns)
         {
             c = ngx_queue_data(b, ngx_http_idempotency_mysql_conn_t, queue);
 
-            if (c->op && c->op->stmt == op->stmt
-                && c->state != NGX_HTTP_IDEMPOTENCY_MYSQL_CONNECT)
+            if (c->op == NULL || c->op->stmt != op->stmt
+                || c->state == NGX_HTTP_IDEMPOTENCY_MYSQL_CONNECT)
             {
+                continue;
+            }
+
+            age = ngx_current_msec - c->running;
+
+            if (age < NGX_HTTP_IDEMPOTENCY_MYSQL_BATCH_SLOW) {
                 n++;
+                wake = ngx_min(wake,
+                               NGX_HTTP_IDEMPOTENCY_MYSQL_BATCH_SLOW - age);
             }
         }
 
         if (n < NGX_HTTP_IDEMPOTENCY_MYSQL_BATCH_RUNNING) {
             return op;
         }
+    }
+
+    /* waiting ops look again when the first running statement turns slow */
+
+    if (!ngx_queue_empty(&conns->waiting)
+        && (!conns->slow.timer_set
+            || (ngx_msec_int_t) (conns->slow.timer.key - ngx_current_msec
+                                 - wake) > 0))
+    {
+        if (conns->slow.timer_set) {
+            ngx_del_timer(&conns->slow);
+        }
+
+        ngx_add_timer(&conns->slow, wake);
     }
 
     return NULL;
@@ -2358,6 +2505,7 @@ ngx_http_idempotency_mysql_idle_check(ngx_http_idempotency_mysql_conn_t *conn)
     }
 
     ngx_http_idempotency_mysql_discard(conn);
+    ngx_http_idempotency_mysql_rescue(conns);
 }
 
 

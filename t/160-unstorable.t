@@ -89,6 +89,35 @@ for my $case ([ 'checked before it is sent', 1048576 ],
     is(backend_count($key), 1, "$name: executed once");
 }
 
+# ------------------------------------------------------------------------
+# responses that each fit under the limit, completed at about the same
+# moment: completions that share a statement must not add up to more than
+# the limit (design.md, "Batches"), so every one is stored and replayed
+
+my @many = map { "$tag-many$_" } 1 .. 8;
+my $many_uri = '/orders?size=200000&delay=300';
+my $upd0 = root_sql("SHOW GLOBAL STATUS LIKE 'Com_update'");
+my @res = http_many([ map { { port => $P, method => 'POST', uri => $many_uri,
+                              key => $_, body => 'x' } } @many ],
+                    timeout => 60);
+my $upd1 = root_sql("SHOW GLOBAL STATUS LIKE 'Com_update'");
+s/.*\t// for $upd0, $upd1;
+note('8 completions of 200000-byte records: ' . ($upd1 - $upd0)
+     . ' UPDATE statements');
+is(scalar(grep { $_->{status} == 201
+                 && length($_->{body} // '') == 200000 } @res), 8,
+   '8 concurrent 200000-byte responses: each client gets all of it');
+
+@res = http_many([ map { { port => $P, method => 'POST', uri => $many_uri,
+                           key => $_, body => 'x' } } @many ],
+                 timeout => 60);
+is(scalar(grep { $_->{status} == 201
+                 && (IdemStress::hdr($_, 'X-Idem') // '') eq 'replay'
+                 && length($_->{body} // '') == 200000 } @res), 8,
+   '... each retry gets it replayed (stored, not 410)');
+is(scalar(grep { backend_count($_) != 1 } @many), 0,
+   '... each executed once');
+
 my $log = $ngx->error_log;
 like($log, qr/cannot be stored: larger than the server's max_allowed_packet; recorded as executed/,
      'the error log says the record was over max_allowed_packet');
