@@ -914,7 +914,19 @@ ngx_http_idempotency_orphan_done(ngx_http_idempotency_op_t *op)
 
     o = op->data;
 
-    if (ngx_http_idempotency_claim_won(op, o->token)) {
+    /*
+     * A READ tells whose the row is.  A write may have made it ours even
+     * when it does not say so (a timeout, a lost connection, or 0 rows
+     * from a batchable INSERT, which may have shared its statement with a
+     * key that exists): the release deletes the row only if it is ours
+     * and in progress, so it is sent unless the write alone said no.
+     */
+
+    if (op->stmt == NGX_HTTP_IDEMPOTENCY_STMT_READ
+        ? ngx_http_idempotency_claim_won(op, o->token)
+        : !(op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK && op->affected_rows == 0
+            && op->batch == NULL))
+    {
         ngx_http_idempotency_release_key(o->shard, o->key_hash, o->token);
     }
 }
