@@ -78,6 +78,13 @@
  */
 #define NGX_HTTP_IDEMPOTENCY_MYSQL_BATCH_BYTES  (512 * 1024)
 
+/*
+ * A result column's buffer at first: the driver's max_length is the
+ * largest value the statement has ever returned on its connection, not
+ * this result's, so a longer value is fetched again at its own length
+ */
+#define NGX_HTTP_IDEMPOTENCY_MYSQL_FETCH_SIZE   4096
+
 /* _cont calls allowed to let an interrupted call fail on a dead socket */
 #define NGX_HTTP_IDEMPOTENCY_MYSQL_ABORT_STEPS  16
 
@@ -220,8 +227,11 @@ static int ngx_http_idempotency_mysql_execute(
     ngx_http_idempotency_mysql_conn_t *conn);
 static ngx_int_t ngx_http_idempotency_mysql_stmt_result(
     ngx_http_idempotency_mysql_conn_t *conn);
+static ngx_int_t ngx_http_idempotency_mysql_fetch_long(MYSQL_STMT *stmt,
+    MYSQL_BIND *bind, ngx_uint_t n, unsigned long *len, my_bool *nul,
+    ngx_pool_t *pool, u_char **data);
 static ngx_int_t ngx_http_idempotency_mysql_copy_row(
-    ngx_http_idempotency_op_t *op, MYSQL_BIND *bind, unsigned long *len,
+    ngx_http_idempotency_op_t *op, u_char **data, unsigned long *len,
     my_bool *nul);
 static void ngx_http_idempotency_mysql_stmts_free(
     ngx_http_idempotency_mysql_conn_t *conn);
@@ -1843,6 +1853,7 @@ ngx_http_idempotency_mysql_stmt_result(ngx_http_idempotency_mysql_conn_t *conn)
     MYSQL_FIELD                *fields;
     ngx_http_idempotency_op_t     *op, *m;
     ngx_http_idempotency_param_t  *pm;
+    u_char                        *data[NGX_HTTP_IDEMPOTENCY_MAX_FIELDS];
     my_bool                        nul[NGX_HTTP_IDEMPOTENCY_MAX_FIELDS];
     unsigned long                  len[NGX_HTTP_IDEMPOTENCY_MAX_FIELDS];
 
@@ -1884,7 +1895,8 @@ ngx_http_idempotency_mysql_stmt_result(ngx_http_idempotency_mysql_conn_t *conn)
         ngx_memzero(b, sizeof(MYSQL_BIND));
 
         /* a number's max_length is its binary size; room for its text */
-        size = ngx_max(fields[i].max_length, NGX_INT64_LEN) + 1;
+        size = ngx_min(ngx_max(fields[i].max_length, NGX_INT64_LEN) + 1,
+                       NGX_HTTP_IDEMPOTENCY_MYSQL_FETCH_SIZE);
 
         b->buffer = ngx_pnalloc(op->pool, size);
         if (b->buffer == NULL) {
@@ -1907,7 +1919,12 @@ ngx_http_idempotency_mysql_stmt_result(ngx_http_idempotency_mysql_conn_t *conn)
     if (conn->nbatch == 1 || !op->match) {
         rc = mysql_stmt_fetch(stmt);   /* a stored row: no I/O */
 
-        if (rc != 0) {
+        if ((rc != 0 && rc != MYSQL_DATA_TRUNCATED)
+            || ngx_http_idempotency_mysql_fetch_long(stmt, conn->bind, n,
+                                                     len, nul, op->pool,
+                                                     data)
+               != NGX_OK)
+        {
             goto done;
         }
 
@@ -1915,7 +1932,7 @@ ngx_http_idempotency_mysql_stmt_result(ngx_http_idempotency_mysql_conn_t *conn)
 
         for (i = 0; i < op->nfields; i++) {
             if (!nul[i]) {
-                op->fields[i].data = conn->bind[i].buffer;
+                op->fields[i].data = data[i];
                 op->fields[i].len = len[i];
             }
         }
@@ -1927,7 +1944,13 @@ ngx_http_idempotency_mysql_stmt_result(ngx_http_idempotency_mysql_conn_t *conn)
     for (r = 0; r < rows; r++) {
         rc = mysql_stmt_fetch(stmt);
 
-        if (rc != 0 || nul[0]) {
+        if ((rc != 0 && rc != MYSQL_DATA_TRUNCATED)
+            || nul[0]
+            || ngx_http_idempotency_mysql_fetch_long(stmt, conn->bind, n,
+                                                     len, nul, op->pool,
+                                                     data)
+               != NGX_OK)
+        {
             goto done;
         }
 
@@ -1937,12 +1960,12 @@ ngx_http_idempotency_mysql_stmt_result(ngx_http_idempotency_mysql_conn_t *conn)
             if (m->nparams < op->match
                 || pm->data == NULL
                 || pm->len != len[0]
-                || ngx_memcmp(pm->data, conn->bind[0].buffer, len[0]) != 0)
+                || ngx_memcmp(pm->data, data[0], len[0]) != 0)
             {
                 continue;
             }
 
-            if (ngx_http_idempotency_mysql_copy_row(m, conn->bind, len, nul)
+            if (ngx_http_idempotency_mysql_copy_row(m, data, len, nul)
                 != NGX_OK)
             {
                 goto done;
@@ -1963,11 +1986,56 @@ done:
 }
 
 
+/*
+ * The fetched row's values (data): in the bound buffers, or, for one
+ * longer than its buffer, fetched again whole into the pool (the row is
+ * stored: no I/O).
+ */
+
+static ngx_int_t
+ngx_http_idempotency_mysql_fetch_long(MYSQL_STMT *stmt, MYSQL_BIND *bind,
+    ngx_uint_t n, unsigned long *len, my_bool *nul, ngx_pool_t *pool,
+    u_char **data)
+{
+    my_bool        null;
+    ngx_uint_t     i;
+    MYSQL_BIND     b;
+    unsigned long  got;
+
+    for (i = 0; i < n; i++) {
+        data[i] = bind[i].buffer;
+
+        if (nul[i] || len[i] <= bind[i].buffer_length) {
+            continue;
+        }
+
+        ngx_memzero(&b, sizeof(MYSQL_BIND));
+
+        b.buffer_type = MYSQL_TYPE_STRING;
+        b.buffer = ngx_pnalloc(pool, len[i]);
+        b.buffer_length = len[i];
+        b.length = &got;
+        b.is_null = &null;
+
+        if (b.buffer == NULL
+            || mysql_stmt_fetch_column(stmt, &b, i, 0) != 0
+            || got != len[i])
+        {
+            return NGX_ERROR;
+        }
+
+        data[i] = b.buffer;
+    }
+
+    return NGX_OK;
+}
+
+
 /* a fetched row into one op of a batch, in its own pool */
 
 static ngx_int_t
 ngx_http_idempotency_mysql_copy_row(ngx_http_idempotency_op_t *op,
-    MYSQL_BIND *bind, unsigned long *len, my_bool *nul)
+    u_char **data, unsigned long *len, my_bool *nul)
 {
     u_char      *p;
     ngx_uint_t   i;
@@ -1984,7 +2052,7 @@ ngx_http_idempotency_mysql_copy_row(ngx_http_idempotency_op_t *op,
             return NGX_ERROR;
         }
 
-        ngx_memcpy(p, bind[i].buffer, len[i]);
+        ngx_memcpy(p, data[i], len[i]);
 
         op->fields[i].data = p;
         op->fields[i].len = len[i];
