@@ -21,12 +21,24 @@
 /* expired entries dropped, from the LRU end, on each store */
 #define NGX_HTTP_IDEMPOTENCY_CACHE_SWEEP    4
 
+/*
+ * Zone bytes per hash bucket: a small replay entry takes 300 or more,
+ * so a full zone has at most about one entry per bucket.  A lookup reads
+ * a bucket and its entries; a tree of as many entries took some 20 reads
+ * from all over the zone, each a cache miss, and was the module's largest
+ * cost in an nginx worker serving replays from the zone.
+ */
+#define NGX_HTTP_IDEMPOTENCY_CACHE_BUCKET   256
+
+
+typedef struct ngx_http_idempotency_cache_node_s
+    ngx_http_idempotency_cache_node_t;
 
 typedef struct {
-    ngx_rbtree_t                       rbtree;
-    ngx_rbtree_node_t                  sentinel;
     ngx_queue_t                        lru;       /* most recent first */
     ngx_uint_t                         entries;
+    ngx_uint_t                         nbuckets;
+    ngx_http_idempotency_cache_node_t *buckets[1];
 } ngx_http_idempotency_cache_sh_t;
 
 
@@ -38,26 +50,25 @@ typedef struct {
 } ngx_http_idempotency_cache_t;
 
 
-typedef struct {
-    ngx_rbtree_node_t                  node;      /* key: key hash head */
+struct ngx_http_idempotency_cache_node_s {
+    ngx_http_idempotency_cache_node_t *next;      /* in its bucket */
     ngx_queue_t                        queue;
     time_t                             expires;
     size_t                             len;
     u_char                   key_hash[NGX_HTTP_IDEMPOTENCY_HASH_LEN];
     u_char                             data[1];
-} ngx_http_idempotency_cache_node_t;
+};
 
 
 static ngx_int_t ngx_http_idempotency_cache_init_zone(
     ngx_shm_zone_t *shm_zone, void *data);
-static void ngx_http_idempotency_cache_insert(ngx_rbtree_node_t *temp,
-    ngx_rbtree_node_t *node, ngx_rbtree_node_t *sentinel);
 static ngx_http_idempotency_cache_node_t *ngx_http_idempotency_cache_find(
     ngx_http_idempotency_cache_t *cache, u_char *key_hash);
 static void ngx_http_idempotency_cache_drop(
     ngx_http_idempotency_cache_t *cache,
     ngx_http_idempotency_cache_node_t *cn);
-static ngx_rbtree_key_t ngx_http_idempotency_cache_key(u_char *key_hash);
+static ngx_http_idempotency_cache_node_t **ngx_http_idempotency_cache_bucket(
+    ngx_http_idempotency_cache_t *cache, u_char *key_hash);
 
 
 char *
@@ -140,6 +151,7 @@ ngx_http_idempotency_cache_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     ngx_http_idempotency_cache_t  *ocache = data;
 
     size_t                            len;
+    ngx_uint_t                        n;
     ngx_slab_pool_t                  *shpool;
     ngx_http_idempotency_cache_t     *cache;
     ngx_http_idempotency_cache_sh_t  *sh;
@@ -161,15 +173,18 @@ ngx_http_idempotency_cache_init_zone(ngx_shm_zone_t *shm_zone, void *data)
         return NGX_OK;
     }
 
-    sh = ngx_slab_alloc(shpool, sizeof(ngx_http_idempotency_cache_sh_t));
+    n = shm_zone->shm.size / NGX_HTTP_IDEMPOTENCY_CACHE_BUCKET;
+
+    sh = ngx_slab_calloc(shpool, offsetof(ngx_http_idempotency_cache_sh_t,
+                                          buckets)
+                                 + n * sizeof(void *));
     if (sh == NULL) {
         return NGX_ERROR;
     }
 
     sh->entries = 0;
+    sh->nbuckets = n;
 
-    ngx_rbtree_init(&sh->rbtree, &sh->sentinel,
-                    ngx_http_idempotency_cache_insert);
     ngx_queue_init(&sh->lru);
 
     shpool->data = sh;
@@ -264,7 +279,7 @@ ngx_http_idempotency_cache_put(ngx_shm_zone_t *zone, u_char *key_hash,
     ngx_queue_t                        *q;
     ngx_http_idempotency_cache_t       *cache;
     ngx_http_idempotency_cache_sh_t    *sh;
-    ngx_http_idempotency_cache_node_t  *cn, *old;
+    ngx_http_idempotency_cache_node_t  *cn, *old, **bucket;
 
     cache = zone->data;
     counters = ngx_http_idempotency_counters(cache->store);
@@ -332,13 +347,14 @@ ngx_http_idempotency_cache_put(ngx_shm_zone_t *zone, u_char *key_hash,
         return;
     }
 
-    cn->node.key = ngx_http_idempotency_cache_key(key_hash);
     ngx_memcpy(cn->key_hash, key_hash, NGX_HTTP_IDEMPOTENCY_HASH_LEN);
     cn->expires = expires;
     cn->len = len;
     ngx_memcpy(cn->data, entry, len);
 
-    ngx_rbtree_insert(&sh->rbtree, &cn->node);
+    bucket = ngx_http_idempotency_cache_bucket(cache, key_hash);
+    cn->next = *bucket;
+    *bucket = cn;
     ngx_queue_insert_head(&sh->lru, &cn->queue);
     sh->entries++;
 
@@ -370,81 +386,21 @@ ngx_http_idempotency_cache_stats(ngx_shm_zone_t *zone,
 }
 
 
-static void
-ngx_http_idempotency_cache_insert(ngx_rbtree_node_t *temp,
-    ngx_rbtree_node_t *node, ngx_rbtree_node_t *sentinel)
-{
-    ngx_rbtree_node_t                 **p;
-    ngx_http_idempotency_cache_node_t  *cn, *ct;
-
-    for ( ;; ) {
-
-        if (node->key < temp->key) {
-            p = &temp->left;
-
-        } else if (node->key > temp->key) {
-            p = &temp->right;
-
-        } else {
-            cn = (ngx_http_idempotency_cache_node_t *) node;
-            ct = (ngx_http_idempotency_cache_node_t *) temp;
-
-            p = (ngx_memcmp(cn->key_hash, ct->key_hash,
-                            NGX_HTTP_IDEMPOTENCY_HASH_LEN) < 0)
-                ? &temp->left : &temp->right;
-        }
-
-        if (*p == sentinel) {
-            break;
-        }
-
-        temp = *p;
-    }
-
-    *p = node;
-    node->parent = temp;
-    node->left = sentinel;
-    node->right = sentinel;
-    ngx_rbt_red(node);
-}
-
-
 static ngx_http_idempotency_cache_node_t *
 ngx_http_idempotency_cache_find(ngx_http_idempotency_cache_t *cache,
     u_char *key_hash)
 {
-    ngx_int_t                           rc;
-    ngx_rbtree_key_t                    key;
-    ngx_rbtree_node_t                  *node, *sentinel;
     ngx_http_idempotency_cache_node_t  *cn;
 
-    key = ngx_http_idempotency_cache_key(key_hash);
-
-    node = cache->sh->rbtree.root;
-    sentinel = cache->sh->rbtree.sentinel;
-
-    while (node != sentinel) {
-
-        if (key < node->key) {
-            node = node->left;
-            continue;
-        }
-
-        if (key > node->key) {
-            node = node->right;
-            continue;
-        }
-
-        cn = (ngx_http_idempotency_cache_node_t *) node;
-
-        rc = ngx_memcmp(key_hash, cn->key_hash,
-                        NGX_HTTP_IDEMPOTENCY_HASH_LEN);
-
-        if (rc == 0) {
+    for (cn = *ngx_http_idempotency_cache_bucket(cache, key_hash);
+         cn;
+         cn = cn->next)
+    {
+        if (ngx_memcmp(cn->key_hash, key_hash,
+                       NGX_HTTP_IDEMPOTENCY_HASH_LEN) == 0)
+        {
             return cn;
         }
-
-        node = (rc < 0) ? node->left : node->right;
     }
 
     return NULL;
@@ -455,8 +411,18 @@ static void
 ngx_http_idempotency_cache_drop(ngx_http_idempotency_cache_t *cache,
     ngx_http_idempotency_cache_node_t *cn)
 {
+    ngx_http_idempotency_cache_node_t  **p;
+
+    for (p = ngx_http_idempotency_cache_bucket(cache, cn->key_hash);
+         *p != cn;
+         p = &(*p)->next)
+    {
+        /* void */
+    }
+
+    *p = cn->next;
+
     ngx_queue_remove(&cn->queue);
-    ngx_rbtree_delete(&cache->sh->rbtree, &cn->node);
     ngx_slab_free_locked(cache->shpool, cn);
     cache->sh->entries--;
 }
@@ -464,17 +430,17 @@ ngx_http_idempotency_cache_drop(ngx_http_idempotency_cache_t *cache,
 
 /* the key hash is SHA-256: its first bytes are as good as any */
 
-static ngx_rbtree_key_t
-ngx_http_idempotency_cache_key(u_char *key_hash)
+static ngx_http_idempotency_cache_node_t **
+ngx_http_idempotency_cache_bucket(ngx_http_idempotency_cache_t *cache,
+    u_char *key_hash)
 {
-    ngx_uint_t        i;
-    ngx_rbtree_key_t  key;
+    ngx_uint_t  i, key;
 
     key = 0;
 
-    for (i = 0; i < sizeof(ngx_rbtree_key_t); i++) {
+    for (i = 0; i < sizeof(ngx_uint_t); i++) {
         key = (key << 8) | key_hash[i];
     }
 
-    return key;
+    return &cache->sh->buckets[key % cache->sh->nbuckets];
 }
