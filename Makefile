@@ -37,6 +37,8 @@ DEMO_PORT         ?= 8080
 BACKEND_PORT      ?= 8081
 TEST_BACKEND_PORT ?= 8091
 TEST_FCGI_PORT    ?= 8092
+# Test::Nginx's port; the tests' other nginx ports follow it (IdemStress)
+TEST_NGINX_PORT   ?= 1984
 TEST_FILES        ?= t/
 PROVE_FLAGS       ?=
 
@@ -175,6 +177,7 @@ TEST_ENV = \
     TEST_NGINX_BINARY=$(NGINX_BIN) \
     TEST_NGINX_LOAD_MODULES=$(BUILD)/$(MODULE).so \
     TEST_NGINX_SERVROOT=$(CURDIR)/t/servroot \
+    TEST_NGINX_PORT=$(TEST_NGINX_PORT) \
     TEST_NGINX_MYSQL_HOST=127.0.0.1 \
     TEST_NGINX_MYSQL_PORT=$(MYSQL_PORT) \
     TEST_NGINX_MYSQL_SOCKET=$(BUILD)/services/mysql.sock \

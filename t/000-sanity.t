@@ -4,6 +4,10 @@
 
 use Test::Nginx::Socket;
 
+# the mocked backend's port, derived from the Test::Nginx port (19841 for
+# the default 1984) so that runs on other ports do not meet
+our $MOCK = 10 * ($ENV{TEST_NGINX_SERVER_PORT} || $ENV{TEST_NGINX_PORT} || 1984) + 1;
+
 repeat_each(1);
 
 # 2 tests (status + one more) for every block, plus the blocks that check more
@@ -152,15 +156,17 @@ Content-Length: 3
 
 
 === TEST 10: a backend mocked by tcp_listen
---- config
-    location /t {
-        proxy_pass http://127.0.0.1:19841;
+--- config eval
+"    location /t {
+        proxy_pass http://127.0.0.1:$::MOCK;
     }
+"
 --- request
 GET /t
---- tcp_listen: 19841
+--- tcp_listen eval
+$::MOCK
 --- tcp_query eval
-"GET /t HTTP/1.0\r\nHost: 127.0.0.1:19841\r\nConnection: close\r\n\r\n"
+"GET /t HTTP/1.0\r\nHost: 127.0.0.1:$::MOCK\r\nConnection: close\r\n\r\n"
 --- tcp_reply eval
 "HTTP/1.1 201 Created\r\nContent-Length: 5\r\nX-Backend: yes\r\n\r\nhello"
 --- error_code: 201

@@ -2,9 +2,10 @@ package IdemStress;
 
 # Harness for the race and fault tests (t/100-races.t, t/110-faults.t and
 # `make stress`).  It starts its own nginx instances (own prefix under
-# build/stress/, own ports from 19000, master + workers), an optional
-# second private MariaDB, a load generator, and fires many concurrent HTTP
-# requests from one process with non-blocking sockets.  Core Perl only.
+# build/stress/, own ports from 19000 or as TEST_NGINX_PORT moves them,
+# master + workers), an optional second private MariaDB, a load generator,
+# and fires many concurrent HTTP requests from one process with
+# non-blocking sockets.  Core Perl only.
 # See docs/reliability.md.
 #
 #   my $ngx = IdemStress::Nginx->start(name => 'race1', port => port(81),
@@ -42,9 +43,12 @@ our $MODULE = $ENV{TEST_NGINX_LOAD_MODULES}
 our $BACKEND_PORT = $ENV{TEST_NGINX_BACKEND_PORT} || 8091;
 
 # where instances live and which ports they take; a second copy of these
-# tests (a developer's run beside `make test`) needs other values
+# tests (a developer's run beside `make test`) needs other values: the
+# ports follow the Test::Nginx port (19000 for 1984, 29000 for 2984)
 our $DIR = $ENV{IDEM_STRESS_DIR} || "$BUILD/stress";
-our $PORT_BASE = $ENV{IDEM_STRESS_PORT_BASE} || 19000;
+our $PORT_BASE = $ENV{IDEM_STRESS_PORT_BASE}
+    || 19000 + 10 * (($ENV{TEST_NGINX_SERVER_PORT} || $ENV{TEST_NGINX_PORT}
+                      || 1984) - 1984);
 
 sub port { return $PORT_BASE + $_[0] }
 
