@@ -36,9 +36,28 @@ scripts/services.sh reset >/dev/null 9>&- || exit 1
 scripts/services.sh backend restart "$TEST_NGINX_BACKEND_PORT" "$PIDFILE" "$LOGFILE" \
     "${TEST_NGINX_FCGI_PORT:-}" >/dev/null 9>&- || exit 1
 
-if ! perl -MTest::Nginx::Socket -e1 >/dev/null 2>&1; then
+# The framework: an installed Test::Nginx (or one PERL5LIB names), else
+# the snapshot of OpenResty's beside the project (../shared/test-nginx, as
+# in CI), and only then the project's runner in t/lib.  Under valgrind
+# always t/lib's, which fails a block on valgrind's reports (OpenResty's
+# prints them and passes).
+SHARED_TN=$(cd "$ROOT/.." && pwd)/shared/test-nginx/lib
+if [ -n "${TEST_NGINX_USE_VALGRIND:-}" ]; then
+    export PERL5LIB=$ROOT/t/lib${PERL5LIB:+:$PERL5LIB}
+elif perl -MTest::Nginx::Socket -e1 >/dev/null 2>&1; then
+    :
+elif [ -f "$SHARED_TN/Test/Nginx/Socket.pm" ]; then
+    export PERL5LIB=$SHARED_TN${PERL5LIB:+:$PERL5LIB}
+else
     export PERL5LIB=$ROOT/t/lib${PERL5LIB:+:$PERL5LIB}
 fi
+TN=$(perl -MTest::Nginx::Socket -e 'print $INC{"Test/Nginx/Socket.pm"}' 2>/dev/null) \
+    || { echo "test: Test::Nginx::Socket does not load" >&2; exit 1; }
+TN=$(readlink -f "$TN")
+case $TN in
+    "$ROOT"/t/lib/*) echo "test: Test::Nginx: the project's runner ($TN)" ;;
+    *) echo "test: Test::Nginx: OpenResty's ($TN)" ;;
+esac
 
 if [ -n "${TEST_NGINX_USE_VALGRIND:-}" ] && ! command -v valgrind >/dev/null; then
     echo "test: valgrind not found (make deps)" >&2
