@@ -2,7 +2,9 @@
 # module, no external backend).  It must pass under the project's runner
 # in t/lib and under the real Test::Nginx::Socket alike.
 
+use lib 't';
 use Test::Nginx::Socket;
+use Reaper ();
 
 # the mocked backend's port, derived from the Test::Nginx port (19841 for
 # the default 1984) so that runs on other ports do not meet

@@ -14,8 +14,9 @@ use Exporter ();
 our @ISA = ('Exporter');
 use Test::Nginx::Socket ();
 use File::Basename qw(dirname);
-use lib dirname(__FILE__) . '/stress';
+use lib dirname(__FILE__), dirname(__FILE__) . '/stress';
 use IdemStress ();
+use Reaper ();
 
 our @EXPORT = qw(key_hash_hex fingerprint sql sql_at sql_root bg_request
                  store_config orders_location port record tcp_proxy shard_of);
