@@ -9,6 +9,7 @@ use strict;
 use warnings;
 
 use Test::More;
+use File::Path ();
 use POSIX ();
 use Time::HiRes qw(time sleep);
 
@@ -24,11 +25,10 @@ IdemStress::lock_dir();
 my $P = port(335);
 my $PROM = port(336);
 my $tag = "m$$-" . int(time);
-my ($ngx, $prom_pid);
+my ($ngx, $prom);
 
 END {
-    kill 'TERM', $prom_pid if $prom_pid;
-    waitpid $prom_pid, 0 if $prom_pid;
+    $prom->stop if $prom;
     $ngx->stop if $ngx;
 }
 
@@ -167,49 +167,29 @@ SKIP: {
         unless -x '/usr/bin/promtool' && -x '/usr/bin/prometheus';
 
     my $dir = "$IdemStress::DIR/metrics-prometheus";
-    system('rm', '-rf', $dir);
-    mkdir $dir or die "$dir: $!";
+    File::Path::make_path($dir);
     IdemStress::write_file("$dir/metrics.txt", $reloaded);
     my $out = `/usr/bin/promtool check metrics < $dir/metrics.txt 2>&1`;
     is($? >> 8, 0, "promtool check metrics passes$out");
 
-    IdemStress::write_file("$dir/prometheus.yml", <<"YML");
-global:
-  scrape_interval: 1s
-scrape_configs:
-  - job_name: nginx
-    metrics_path: /metrics
-    static_configs:
-      - targets: ['127.0.0.1:$P']
-YML
-
-    $prom_pid = fork // die "fork: $!";
-    if ($prom_pid == 0) {
-        open STDOUT, '>', "$dir/prometheus.log";
-        open STDERR, '>&', \*STDOUT;
-        exec('/usr/bin/prometheus', "--config.file=$dir/prometheus.yml",
-             "--storage.tsdb.path=$dir/data",
-             "--web.listen-address=127.0.0.1:$PROM")
-            or POSIX::_exit(127);
-    }
+    $prom = IdemStress::Prometheus->start(dir => "$dir/server", port => $PROM,
+                                          targets => ["127.0.0.1:$P"]);
 
     my $want = metric($reloaded, 'nginx_idempotency_requests_total',
                       store => 'main', status => 'new');
-    my $q = 'nginx_idempotency_requests_total%7Bstatus%3D%22new%22%7D';
+    my $q = 'nginx_idempotency_requests_total{status="new"}';
     my $got = eval {
         IdemStress::wait_for('Prometheus to scrape nginx', 60, sub {
-            my $r = http_one(port => $PROM, method => 'GET',
-                             uri => "/api/v1/query?query=$q", timeout => 2);
-            return 0 if $r->{error} || ($r->{status} // 0) != 200;
-            return $r->{body} =~ /"value":\[[\d.]+,"(\d+)"\]/ ? $1 : 0;
+            my $r = $prom->query($q);
+            return $r && $r->{status} eq 'success' && @{$r->{data}{result}}
+                   ? $r->{data}{result}[0]{value}[1] : 0;
         }, 0.5);
     };
-    diag(IdemStress::read_file("$dir/prometheus.log")) unless $got;
+    diag($prom->log_text) unless $got;
     is($got, $want, "Prometheus read the counter back through its API "
        . "($want)");
-    my $r = http_one(port => $PROM, method => 'GET',
-                     uri => '/api/v1/query?query=up%7Bjob%3D%22nginx%22%7D');
-    like($r->{body}, qr/"value":\[[\d.]+,"1"\]/, 'the target is up');
+    my $up = $prom->query('up{job="nginx"}');
+    is($up && $up->{data}{result}[0]{value}[1], '1', 'the target is up');
 }
 
 unlike($ngx->error_log, qr/\[(alert|crit|emerg)\]/, 'no alert in the log');

@@ -945,6 +945,89 @@ sub check_master {
         . "\n";
 }
 
+# ------------------------------------------------------------ Prometheus
+
+# A private Prometheus server (Debian's package: /usr/bin/prometheus) in
+# $o{dir}, on 127.0.0.1:$o{port}, scraping @{$o{targets}} (host:port, job
+# "nginx") every second and loading @{$o{rule_files}}; undef when the
+# package is missing.  It is stopped with ->stop, or when the test exits.
+
+package IdemStress::Prometheus;
+
+use JSON::PP ();
+use POSIX ();
+
+my @RUNNING;
+
+END { $_->stop for @RUNNING }
+
+sub start {
+    my ($class, %o) = @_;
+
+    return undef unless -x '/usr/bin/prometheus';
+
+    my $self = bless { %o }, $class;
+    my $dir = $o{dir};
+
+    File::Path::remove_tree($dir);
+    File::Path::make_path($dir);
+
+    my $rules = join '', map { "  - $_\n" } @{$o{rule_files} // []};
+    IdemStress::write_file("$dir/prometheus.yml", <<"YML");
+global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+@{[ $rules ? "rule_files:\n$rules" : '' ]}scrape_configs:
+  - job_name: nginx
+    metrics_path: /metrics
+    static_configs:
+      - targets: [@{[ join ', ', map { "'$_'" } @{$o{targets}} ]}]
+YML
+
+    my $pid = fork // die "fork: $!";
+    if ($pid == 0) {
+        open STDOUT, '>', "$dir/prometheus.log";
+        open STDERR, '>&', \*STDOUT;
+        exec('/usr/bin/prometheus', "--config.file=$dir/prometheus.yml",
+             "--storage.tsdb.path=$dir/data",
+             "--web.listen-address=127.0.0.1:$o{port}")
+            or POSIX::_exit(127);
+    }
+    $self->{pid} = $pid;
+    $self->{owner} = $$;
+    push @RUNNING, $self;
+
+    return $self;
+}
+
+# GET /api/v1/$path: the decoded answer, or undef (not up yet, an error)
+sub api {
+    my ($self, $path) = @_;
+
+    my $r = IdemStress::http_one(port => $self->{port}, method => 'GET',
+                                 uri => "/api/v1/$path", timeout => 5);
+    return undef if $r->{error} || !defined $r->{body} || $r->{body} eq '';
+    return eval { JSON::PP::decode_json($r->{body}) };
+}
+
+# an instant query of a PromQL expression: the decoded answer
+sub query {
+    my ($self, $expr) = @_;
+    return $self->api('query?query=' . IdemStress::pct_encode($expr));
+}
+
+sub log_text { IdemStress::read_file("$_[0]{dir}/prometheus.log") }
+
+sub stop {
+    my ($self) = @_;
+    my $pid = delete $self->{pid} or return;
+    return unless $self->{owner} == $$;
+    kill 'TERM', $pid;
+    waitpid $pid, 0;
+}
+
+package IdemStress;
+
 # --------------------------------------------------------- fault MariaDB
 
 package IdemStress::DB;
