@@ -14,6 +14,9 @@
  */
 
 
+#include <ngx_config.h>
+#include <ngx_core.h>
+
 #include <openssl/rand.h>
 
 #include "ngx_http_idempotency_metrics.h"

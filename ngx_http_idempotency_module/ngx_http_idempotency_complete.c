@@ -15,6 +15,9 @@
  */
 
 
+#include <ngx_config.h>
+#include <ngx_core.h>
+
 #include <mysqld_error.h>
 #include <errmsg.h>
 

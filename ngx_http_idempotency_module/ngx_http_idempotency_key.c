@@ -5,6 +5,9 @@
  */
 
 
+#include <ngx_config.h>
+#include <ngx_core.h>
+
 #include <openssl/evp.h>
 
 #include "ngx_http_idempotency_key.h"

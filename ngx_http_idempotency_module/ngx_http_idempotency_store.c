@@ -9,6 +9,9 @@
  */
 
 
+#include <ngx_config.h>
+#include <ngx_core.h>
+
 #include <sys/un.h>
 
 #include "ngx_http_idempotency_store.h"
