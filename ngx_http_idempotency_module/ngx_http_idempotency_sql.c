@@ -621,3 +621,35 @@ ngx_http_idempotency_hex(u_char *p, u_char *src, size_t len)
 
     return p;
 }
+
+
+ngx_uint_t
+ngx_http_idempotency_field_is(ngx_str_t *f, u_char *data, size_t len)
+{
+    return f->data != NULL && f->len == len
+           && ngx_memcmp(f->data, data, len) == 0;
+}
+
+
+ngx_int_t
+ngx_http_idempotency_field_int(ngx_str_t *f)
+{
+    if (f->data == NULL || f->len == 0) {
+        return -1;
+    }
+
+    return ngx_atoi(f->data, f->len);
+}
+
+
+ngx_uint_t
+ngx_http_idempotency_sql_row_owned(ngx_http_idempotency_op_t *op,
+    u_char *token)
+{
+    return op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK
+           && op->nrows == 1
+           && op->nfields >= NGX_HTTP_IDEMPOTENCY_F_COUNT
+           && ngx_http_idempotency_field_is(
+                  &op->fields[NGX_HTTP_IDEMPOTENCY_F_OWNER], token,
+                  NGX_HTTP_IDEMPOTENCY_TOKEN_LEN);
+}

@@ -111,7 +111,7 @@ ngx_http_idempotency_tier_shm(ngx_http_idempotency_ctx_t *ctx,
         goto miss;
     }
 
-    ngx_http_idempotency_keep_replay(ctx, pool);
+    ngx_http_idempotency_replay_pool(ctx, pool);
     ctx->tier = NGX_HTTP_IDEMPOTENCY_TIER_SHM;
 
     ngx_http_idempotency_count(counters, shm_hits);
@@ -286,7 +286,7 @@ ngx_http_idempotency_tier_redis_entry(ngx_http_idempotency_ctx_t *ctx,
                                        op->value.data, len);
     }
 
-    ngx_http_idempotency_keep_replay(ctx,
+    ngx_http_idempotency_replay_pool(ctx,
                                      ngx_http_idempotency_redis_take_pool(op));
 
     ctx->tier = NGX_HTTP_IDEMPOTENCY_TIER_REDIS;
