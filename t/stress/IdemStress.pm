@@ -44,7 +44,8 @@ our $BACKEND_PORT = $ENV{TEST_NGINX_BACKEND_PORT} || 8091;
 # where instances live and which ports they take; a second copy of these
 # tests (a developer's run beside `make test`) needs other values
 our $DIR = $ENV{IDEM_STRESS_DIR} || "$BUILD/stress";
-our $PORT_BASE = $ENV{IDEM_STRESS_PORT_BASE} || 19000;
+our $PORT_BASE = $ENV{IDEM_STRESS_PORT_BASE}
+    || 19000 + (($ENV{TEST_NGINX_PORT} || 1984) - 1984);
 
 sub port { return $PORT_BASE + $_[0] }
 
