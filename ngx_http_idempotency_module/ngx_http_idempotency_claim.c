@@ -9,10 +9,13 @@
  * of a dead owner.  A new key costs the INSERT only.  The row gives the
  * verdict: forward (the key is ours), replay, 410, 422, or a key in
  * progress elsewhere, which is held (hold.c) and decided again when the
- * hold ends, or gets 409.  A won claim is held by the request until the
- * completion takes it over (handed_over) or it is given back (release).
+ * hold ends, or gets 409.  A won claim is then the request's (owner.c)
+ * until the completion takes it over or it is given back.
  */
 
+
+#include <ngx_config.h>
+#include <ngx_core.h>
 
 #include <openssl/rand.h>
 
@@ -22,7 +25,7 @@
 #include "ngx_http_idempotency_sql.h"
 #include "ngx_http_idempotency_tier.h"
 #include "ngx_http_idempotency_hold.h"
-#include "ngx_http_idempotency_filter.h"
+#include "ngx_http_idempotency_owner.h"
 
 
 /*
@@ -47,14 +50,6 @@
 #define NGX_HTTP_IDEMPOTENCY_EXISTING_AVG 32
 
 
-/* what an orphaned claim needs to give the key back */
-typedef struct {
-    ngx_http_idempotency_shard_t  *shard;
-    u_char                         key_hash[NGX_HTTP_IDEMPOTENCY_HASH_LEN];
-    u_char                         token[NGX_HTTP_IDEMPOTENCY_TOKEN_LEN];
-} ngx_http_idempotency_orphan_t;
-
-
 static void ngx_http_idempotency_decide(ngx_http_idempotency_ctx_t *ctx,
     ngx_int_t rc);
 static void ngx_http_idempotency_claim(ngx_http_request_t *r,
@@ -65,8 +60,6 @@ static void ngx_http_idempotency_claim_seen(ngx_http_idempotency_ctx_t *ctx,
     ngx_uint_t existing);
 static ngx_int_t ngx_http_idempotency_claim_next(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op);
-static ngx_uint_t ngx_http_idempotency_claim_won(
-    ngx_http_idempotency_op_t *op, u_char *token);
 static ngx_int_t ngx_http_idempotency_token(ngx_http_idempotency_ctx_t *ctx);
 static void ngx_http_idempotency_claim_done(ngx_http_idempotency_op_t *op);
 static ngx_int_t ngx_http_idempotency_claim_lost(ngx_http_request_t *r,
@@ -76,24 +69,17 @@ static void ngx_http_idempotency_won(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, time_t ttl, ngx_uint_t status);
 static ngx_int_t ngx_http_idempotency_verdict(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op);
-static void ngx_http_idempotency_mysql_replay(ngx_http_request_t *r,
+static void ngx_http_idempotency_row_replay(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op,
     ngx_int_t ttl_s);
 static ngx_int_t ngx_http_idempotency_hold_or_conflict(
     ngx_http_request_t *r, ngx_http_idempotency_ctx_t *ctx);
 static void ngx_http_idempotency_entry_verdict(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx);
-static void ngx_http_idempotency_store_failed(ngx_http_request_t *r,
+static void ngx_http_idempotency_claim_failed(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op);
-static void ngx_http_idempotency_store_failed_held(ngx_http_request_t *r,
+static void ngx_http_idempotency_poll_failed(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, const char *what);
-static void ngx_http_idempotency_release_key(
-    ngx_http_idempotency_shard_t *shard, u_char *key_hash, u_char *token);
-static void ngx_http_idempotency_release_done(ngx_http_idempotency_op_t *op);
-static void ngx_http_idempotency_orphan_done(ngx_http_idempotency_op_t *op);
-static ngx_uint_t ngx_http_idempotency_field_is(ngx_str_t *f, u_char *data,
-    size_t len);
-static ngx_int_t ngx_http_idempotency_atoi(ngx_str_t *s);
 
 
 /*
@@ -267,7 +253,7 @@ ngx_http_idempotency_claim_done(ngx_http_idempotency_op_t *op)
             }
 
             op->nrows = 0;
-            ngx_http_idempotency_store_failed(r, ctx, op);
+            ngx_http_idempotency_claim_failed(r, ctx, op);
         }
 
     } else if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR
@@ -278,7 +264,7 @@ ngx_http_idempotency_claim_done(ngx_http_idempotency_op_t *op)
         }
 
     } else {
-        ngx_http_idempotency_store_failed(r, ctx, op);
+        ngx_http_idempotency_claim_failed(r, ctx, op);
     }
 
     ngx_http_idempotency_resume(r);
@@ -334,7 +320,7 @@ ngx_http_idempotency_claim_next(ngx_http_request_t *r,
         ctx->exists = 1;
 
         if (op->nfields < NGX_HTTP_IDEMPOTENCY_F_COUNT) {
-            ngx_http_idempotency_store_failed(r, ctx, op);
+            ngx_http_idempotency_claim_failed(r, ctx, op);
             return 0;
         }
 
@@ -481,7 +467,7 @@ static ngx_int_t
 ngx_http_idempotency_verdict(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op)
 {
-    ngx_int_t                         state, ttl_s;
+    ngx_int_t                         state, ttl_s, expired, dead;
     ngx_str_t                        *f;
     ngx_uint_t                        same;
     ngx_http_idempotency_loc_conf_t  *ilcf;
@@ -489,10 +475,13 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
     ilcf = ctx->conf;
     f = op->fields;
 
-    state = ngx_http_idempotency_atoi(&f[NGX_HTTP_IDEMPOTENCY_F_STATE]);
+    state = ngx_http_idempotency_field_int(&f[NGX_HTTP_IDEMPOTENCY_F_STATE]);
+    expired = ngx_http_idempotency_field_int(
+                                        &f[NGX_HTTP_IDEMPOTENCY_F_EXPIRED]);
+    dead = ngx_http_idempotency_field_int(&f[NGX_HTTP_IDEMPOTENCY_F_DEAD]);
 
     /* the retention left, by the database's clock, in whole seconds */
-    ttl_s = ngx_http_idempotency_atoi(&f[NGX_HTTP_IDEMPOTENCY_F_TTL_S]);
+    ttl_s = ngx_http_idempotency_field_int(&f[NGX_HTTP_IDEMPOTENCY_F_TTL_S]);
 
     if (ctx->has_token
         && ngx_http_idempotency_field_is(&f[NGX_HTTP_IDEMPOTENCY_F_OWNER],
@@ -513,13 +502,10 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
 
     /* past retention, or its owner died: the TAKE decides */
 
-    if (ngx_http_idempotency_atoi(&f[NGX_HTTP_IDEMPOTENCY_F_EXPIRED]) == 1) {
+    if (expired == 1) {
         ctx->take = NGX_HTTP_IDEMPOTENCY_TAKE_EXPIRED;
 
-    } else if (same
-               && ngx_http_idempotency_atoi(&f[NGX_HTTP_IDEMPOTENCY_F_DEAD])
-                  == 1)
-    {
+    } else if (same && dead == 1) {
         ctx->take = NGX_HTTP_IDEMPOTENCY_TAKE_LEASE;
     }
 
@@ -536,7 +522,7 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
     }
 
     if (state == NGX_HTTP_IDEMPOTENCY_ROW_DONE) {
-        ngx_http_idempotency_mysql_replay(r, ctx, op, ttl_s);
+        ngx_http_idempotency_row_replay(r, ctx, op, ttl_s);
         return NGX_OK;
     }
 
@@ -558,7 +544,7 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
 /* a completed row: replay its record, and give it to the tiers */
 
 static void
-ngx_http_idempotency_mysql_replay(ngx_http_request_t *r,
+ngx_http_idempotency_row_replay(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op,
     ngx_int_t ttl_s)
 {
@@ -572,7 +558,7 @@ ngx_http_idempotency_mysql_replay(ngx_http_request_t *r,
     ilcf = ctx->conf;
     f = &op->fields[NGX_HTTP_IDEMPOTENCY_F_RESPONSE];
 
-    ngx_http_idempotency_keep_replay(ctx,
+    ngx_http_idempotency_replay_pool(ctx,
                                      ngx_http_idempotency_op_take_pool(op));
 
     why = "not a record";
@@ -683,7 +669,7 @@ ngx_http_idempotency_entry_verdict(ngx_http_request_t *r,
 
 
 static void
-ngx_http_idempotency_store_failed(ngx_http_request_t *r,
+ngx_http_idempotency_claim_failed(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op)
 {
     ngx_uint_t                        level, pass;
@@ -719,7 +705,7 @@ ngx_http_idempotency_store_failed(ngx_http_request_t *r,
     }
 
     if (ctx->in_progress) {
-        ngx_http_idempotency_store_failed_held(r, ctx, what);
+        ngx_http_idempotency_poll_failed(r, ctx, what);
         return;
     }
 
@@ -764,7 +750,7 @@ ngx_http_idempotency_store_failed(ngx_http_request_t *r,
  */
 
 static void
-ngx_http_idempotency_store_failed_held(ngx_http_request_t *r,
+ngx_http_idempotency_poll_failed(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, const char *what)
 {
     /* info: a flood of held duplicates would write one line per poll */
@@ -780,194 +766,13 @@ ngx_http_idempotency_store_failed_held(ngx_http_request_t *r,
 
 
 void
-ngx_http_idempotency_handed_over(ngx_http_idempotency_ctx_t *ctx)
-{
-    ctx->owner = 0;
-
-    ngx_http_idempotency_lease_stop(&ctx->lease);
-}
-
-
-void
-ngx_http_idempotency_release(ngx_http_idempotency_ctx_t *ctx,
-    const char *why)
-{
-    if (!ctx->owner) {
-        return;
-    }
-
-    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
-                   "idempotency: releasing key \"%V\": %s", &ctx->key, why);
-
-    ngx_http_idempotency_handed_over(ctx);
-    ngx_http_idempotency_release_key(ctx->shard, ctx->key_hash, ctx->token);
-}
-
-
-static void
-ngx_http_idempotency_release_key(ngx_http_idempotency_shard_t *shard,
-    u_char *key_hash, u_char *token)
-{
-    ngx_http_idempotency_op_t  *op;
-
-    op = ngx_http_idempotency_sql_release(shard, ngx_cycle->log, key_hash,
-                                          token);
-    if (op == NULL) {
-        return;
-    }
-
-    op->handler = ngx_http_idempotency_release_done;
-    op->data = shard;
-
-    ngx_http_idempotency_op_run(op);
-}
-
-
-static void
-ngx_http_idempotency_release_done(ngx_http_idempotency_op_t *op)
-{
-    ngx_http_idempotency_shard_t  *shard;
-
-    if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK) {
-        return;
-    }
-
-    shard = op->data;
-
-    ngx_log_error(NGX_LOG_ERR, op->log, 0,
-                  "idempotency store \"%V\" mysql=%V: release failed (%ui): "
-                  "the key stays in progress until its lease ends",
-                  &shard->store->name, &shard->name, op->rc);
-}
-
-
-void
 ngx_http_idempotency_claim_cleanup(ngx_http_idempotency_ctx_t *ctx)
 {
-    ngx_connection_t               *c;
-    ngx_http_idempotency_op_t      *op;
-    ngx_http_idempotency_orphan_t  *o;
-
-    op = ctx->op;
-
-    if (op) {
+    if (ctx->op) {
         /* the client left while its claim was in flight: the claim may
          * still win, and then the key must be given back */
 
-        /* without a token, nothing the request sent can have won */
-        o = ctx->has_token
-            ? ngx_palloc(op->pool, sizeof(ngx_http_idempotency_orphan_t))
-            : NULL;
-
-        if (o == NULL) {
-            ngx_http_idempotency_op_detach(op);
-
-        } else {
-            o->shard = ctx->shard;
-            ngx_memcpy(o->key_hash, ctx->key_hash,
-                       NGX_HTTP_IDEMPOTENCY_HASH_LEN);
-            ngx_memcpy(o->token, ctx->token, NGX_HTTP_IDEMPOTENCY_TOKEN_LEN);
-
-            op->handler = ngx_http_idempotency_orphan_done;
-            op->data = o;
-        }
-
+        ngx_http_idempotency_orphan(ctx, ctx->op);
         ctx->op = NULL;
     }
-
-    c = ctx->request->connection;
-
-    if (ctx->owner && (c->error || c->timedout)) {
-
-        /*
-         * The client is gone and the response did not reach its end: the
-         * upstream failed after the client left, a client that stopped
-         * reading hit send_timeout (nginx then drains and cuts the
-         * upstream), or a content handler that is not an upstream stopped
-         * with its client.  Whether it executed is unknown.  A known
-         * status is recorded as executed-not-stored; otherwise the key
-         * stays in progress, unrenewed, until its lease ends (as when an
-         * owner dies).  Releasing it would invite a second execution.
-         */
-
-        if (ctx->capturing) {
-            ngx_http_idempotency_filter_abandon(ctx);
-
-        } else {
-            ngx_log_error(NGX_LOG_INFO, c->log, 0,
-                          "idempotency: client closed the connection while "
-                          "key %V was upstream: the key stays in "
-                          "progress until its lease ends", &ctx->key_id);
-            ngx_http_idempotency_handed_over(ctx);
-        }
-    }
-
-    ngx_http_idempotency_release(ctx, "request ended before its response "
-                                      "was complete");
 }
-
-
-static void
-ngx_http_idempotency_orphan_done(ngx_http_idempotency_op_t *op)
-{
-    ngx_http_idempotency_orphan_t  *o;
-
-    o = op->data;
-
-    /*
-     * A READ tells whose the row is.  A write may have made it ours even
-     * when it does not say so (a timeout, a lost connection, or 0 rows
-     * from a batchable INSERT, which may have shared its statement with a
-     * key that exists): the release deletes the row only if it is ours
-     * and in progress, so it is sent unless the write alone said no.
-     */
-
-    if (op->stmt == NGX_HTTP_IDEMPOTENCY_STMT_READ
-        ? ngx_http_idempotency_claim_won(op, o->token)
-        : !(op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK && op->affected_rows == 0
-            && op->batch == NULL))
-    {
-        ngx_http_idempotency_release_key(o->shard, o->key_hash, o->token);
-    }
-}
-
-
-/* the step made the key ours: an INSERT or a TAKE, or READ says so */
-
-static ngx_uint_t
-ngx_http_idempotency_claim_won(ngx_http_idempotency_op_t *op, u_char *token)
-{
-    if (op->rc != NGX_HTTP_IDEMPOTENCY_OP_OK) {
-        return 0;
-    }
-
-    if (op->stmt != NGX_HTTP_IDEMPOTENCY_STMT_READ) {
-        return op->affected_rows == 1;
-    }
-
-    return op->nrows == 1
-           && op->nfields >= NGX_HTTP_IDEMPOTENCY_F_COUNT
-           && ngx_http_idempotency_field_is(
-                  &op->fields[NGX_HTTP_IDEMPOTENCY_F_OWNER], token,
-                  NGX_HTTP_IDEMPOTENCY_TOKEN_LEN);
-}
-
-
-static ngx_uint_t
-ngx_http_idempotency_field_is(ngx_str_t *f, u_char *data, size_t len)
-{
-    return f->data != NULL && f->len == len
-           && ngx_memcmp(f->data, data, len) == 0;
-}
-
-
-static ngx_int_t
-ngx_http_idempotency_atoi(ngx_str_t *s)
-{
-    if (s->data == NULL || s->len == 0) {
-        return -1;
-    }
-
-    return ngx_atoi(s->data, s->len);
-}
-

@@ -15,13 +15,15 @@
  */
 
 
+#include <ngx_config.h>
+#include <ngx_core.h>
+
 #include <mysqld_error.h>
 #include <errmsg.h>
 
 #include "ngx_http_idempotency_metrics.h"
 #include "ngx_http_idempotency_complete.h"
-#include "ngx_http_idempotency_claim.h"
-#include "ngx_http_idempotency_filter.h"
+#include "ngx_http_idempotency_owner.h"
 #include "ngx_http_idempotency_lease.h"
 #include "ngx_http_idempotency_sql.h"
 #include "ngx_http_idempotency_tier.h"
@@ -44,6 +46,7 @@ typedef struct {
     ngx_http_idempotency_store_t   *store;
     ngx_http_idempotency_shard_t   *shard;
     ngx_http_idempotency_ctx_t     *ctx;       /* NULL once it ended */
+    ngx_http_idempotency_ctx_pt     done;      /* tells ctx the end */
     ngx_str_t                       record;    /* bound to the UPDATE */
     ngx_str_t                       key;
     ngx_uint_t                      status;
@@ -84,7 +87,8 @@ static void ngx_http_idempotency_job_end(ngx_http_idempotency_job_t *job);
 
 
 ngx_int_t
-ngx_http_idempotency_complete(ngx_http_idempotency_ctx_t *ctx)
+ngx_http_idempotency_complete(ngx_http_idempotency_ctx_t *ctx,
+    ngx_http_idempotency_ctx_pt done)
 {
     ngx_pool_t                  *pool;
     ngx_http_idempotency_job_t  *job;
@@ -149,6 +153,7 @@ ngx_http_idempotency_complete(ngx_http_idempotency_ctx_t *ctx)
     ngx_http_idempotency_lease_start(&job->lease);
 
     job->ctx = ctx;
+    job->done = done;
     ctx->job = job;
 
     job->retry.handler = ngx_http_idempotency_job_run;
@@ -496,7 +501,7 @@ ngx_http_idempotency_job_end(ngx_http_idempotency_job_t *job)
 
     if (ctx) {
         ctx->job = NULL;
-        ngx_http_idempotency_filter_committed(ctx);
+        job->done(ctx);
     }
 
     ngx_destroy_pool(job->pool);

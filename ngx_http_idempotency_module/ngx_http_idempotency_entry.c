@@ -7,6 +7,9 @@
  */
 
 
+#include <ngx_config.h>
+#include <ngx_core.h>
+
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #if (OPENSSL_VERSION_NUMBER >= 0x30000000L)
@@ -19,7 +22,8 @@
 #include "ngx_http_idempotency_entry.h"
 
 
-static void ngx_http_idempotency_entry_key_free(void *data);
+static void *ngx_http_idempotency_mac_key(ngx_str_t *secret);
+static void ngx_http_idempotency_mac_key_free(void *data);
 
 
 u_char *
@@ -137,20 +141,37 @@ ngx_http_idempotency_entry_parse(ngx_pool_t *pool, u_char *data, size_t len,
  * the key schedule is not redone per entry.
  */
 
-#if (OPENSSL_VERSION_NUMBER >= 0x30000000L)
-
 void *
 ngx_http_idempotency_entry_key(ngx_pool_t *pool, ngx_str_t *secret)
 {
-    EVP_MAC             *mac;
-    OSSL_PARAM           params[2];
-    EVP_MAC_CTX         *ctx;
+    void                *key;
     ngx_pool_cleanup_t  *cln;
 
     cln = ngx_pool_cleanup_add(pool, 0);
     if (cln == NULL) {
         return NULL;
     }
+
+    key = ngx_http_idempotency_mac_key(secret);
+    if (key == NULL) {
+        return NULL;
+    }
+
+    cln->handler = ngx_http_idempotency_mac_key_free;
+    cln->data = key;
+
+    return key;
+}
+
+
+#if (OPENSSL_VERSION_NUMBER >= 0x30000000L)
+
+static void *
+ngx_http_idempotency_mac_key(ngx_str_t *secret)
+{
+    EVP_MAC      *mac;
+    OSSL_PARAM    params[2];
+    EVP_MAC_CTX  *ctx;
 
     mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
     if (mac == NULL) {
@@ -173,15 +194,12 @@ ngx_http_idempotency_entry_key(ngx_pool_t *pool, ngx_str_t *secret)
         return NULL;
     }
 
-    cln->handler = ngx_http_idempotency_entry_key_free;
-    cln->data = ctx;
-
     return ctx;
 }
 
 
 static void
-ngx_http_idempotency_entry_key_free(void *data)
+ngx_http_idempotency_mac_key_free(void *data)
 {
     EVP_MAC_CTX_free(data);
 }
@@ -214,16 +232,10 @@ ngx_http_idempotency_mac(void *key, u_char *head, size_t hlen, u_char *data,
 
 #else
 
-void *
-ngx_http_idempotency_entry_key(ngx_pool_t *pool, ngx_str_t *secret)
+static void *
+ngx_http_idempotency_mac_key(ngx_str_t *secret)
 {
-    HMAC_CTX            *ctx;
-    ngx_pool_cleanup_t  *cln;
-
-    cln = ngx_pool_cleanup_add(pool, 0);
-    if (cln == NULL) {
-        return NULL;
-    }
+    HMAC_CTX  *ctx;
 
     ctx = HMAC_CTX_new();
     if (ctx == NULL) {
@@ -237,15 +249,12 @@ ngx_http_idempotency_entry_key(ngx_pool_t *pool, ngx_str_t *secret)
         return NULL;
     }
 
-    cln->handler = ngx_http_idempotency_entry_key_free;
-    cln->data = ctx;
-
     return ctx;
 }
 
 
 static void
-ngx_http_idempotency_entry_key_free(void *data)
+ngx_http_idempotency_mac_key_free(void *data)
 {
     HMAC_CTX_free(data);
 }

@@ -17,13 +17,13 @@
 
 
 #include "ngx_http_idempotency_filter.h"
-#include "ngx_http_idempotency_claim.h"
+#include "ngx_http_idempotency_owner.h"
 #include "ngx_http_idempotency_complete.h"
 
 
 /* how long the end of a response waits for its completion */
-#define ngx_http_idempotency_keep_time(ctx)                                   \
-    ((ctx)->conf->store->query_timeout ? (ctx)->conf->store->query_timeout   \
+#define ngx_http_idempotency_defer_time(ctx)                                 \
+    ((ctx)->conf->store->query_timeout ? (ctx)->conf->store->query_timeout  \
                                        : 2000)
 
 
@@ -46,11 +46,13 @@ static ngx_int_t ngx_http_idempotency_capture(ngx_http_idempotency_ctx_t *ctx,
     u_char *data, size_t size);
 static void ngx_http_idempotency_captured(ngx_http_idempotency_ctx_t *ctx,
     ngx_uint_t last);
-static ngx_int_t ngx_http_idempotency_keep(ngx_http_request_t *r,
+static ngx_int_t ngx_http_idempotency_defer(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_chain_t *in);
-static void ngx_http_idempotency_keep_timeout(ngx_event_t *ev);
-static void ngx_http_idempotency_send_kept(ngx_http_idempotency_ctx_t *ctx);
-static void ngx_http_idempotency_send_kept_handler(ngx_event_t *ev);
+static void ngx_http_idempotency_defer_timeout(ngx_event_t *ev);
+static void ngx_http_idempotency_committed(ngx_http_idempotency_ctx_t *ctx);
+static void ngx_http_idempotency_send_deferred(
+    ngx_http_idempotency_ctx_t *ctx);
+static void ngx_http_idempotency_send_deferred_handler(ngx_event_t *ev);
 static void ngx_http_idempotency_client_gone(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_chain_t *in);
 static void ngx_http_idempotency_consume(ngx_chain_t *in);
@@ -196,7 +198,7 @@ ngx_http_idempotency_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 
     ctx = ngx_http_idempotency_get_ctx(r);
 
-    if (ctx == NULL || !(ctx->capturing || ctx->kept || ctx->gone)) {
+    if (ctx == NULL || !(ctx->capturing || ctx->deferred || ctx->gone)) {
         return ngx_http_next_body_filter(r, in);
     }
 
@@ -213,18 +215,18 @@ ngx_http_idempotency_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
         return NGX_OK;
     }
 
-    if (ctx->job && ctx->keeping) {
-        return ngx_http_idempotency_keep(r, ctx, in);
+    if (ctx->job && ctx->deferring) {
+        return ngx_http_idempotency_defer(r, ctx, in);
     }
 
-    if (ctx->kept) {
+    if (ctx->deferred) {
         /* the completion is committed (or its wait ended): send the end */
 
-        for (cl = ctx->kept; cl->next; cl = cl->next) { /* void */ }
+        for (cl = ctx->deferred; cl->next; cl = cl->next) { /* void */ }
 
         cl->next = in;
-        in = ctx->kept;
-        ctx->kept = NULL;
+        in = ctx->deferred;
+        ctx->deferred = NULL;
         r->buffered &= ~NGX_HTTP_IDEMPOTENCY_BUFFERED;
     }
 
@@ -431,29 +433,30 @@ ngx_http_idempotency_captured(ngx_http_idempotency_ctx_t *ctx,
         return;
     }
 
-    if (ngx_http_idempotency_complete(ctx) != NGX_OK
+    if (ngx_http_idempotency_complete(ctx, ngx_http_idempotency_committed)
+        != NGX_OK
         || ctx->gone || r->header_only)
     {
         return;
     }
 
-    ctx->keeping = 1;
+    ctx->deferring = 1;
 
-    ctx->keep_ev.handler = ngx_http_idempotency_keep_timeout;
-    ctx->keep_ev.data = ctx;
-    ctx->keep_ev.log = r->connection->log;
+    ctx->defer_ev.handler = ngx_http_idempotency_defer_timeout;
+    ctx->defer_ev.data = ctx;
+    ctx->defer_ev.log = r->connection->log;
 
-    ngx_add_timer(&ctx->keep_ev, ngx_http_idempotency_keep_time(ctx));
+    ngx_add_timer(&ctx->defer_ev, ngx_http_idempotency_defer_time(ctx));
 }
 
 
 static ngx_int_t
-ngx_http_idempotency_keep(ngx_http_request_t *r,
+ngx_http_idempotency_defer(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_chain_t *in)
 {
     ngx_chain_t  *cl, **ll;
 
-    for (ll = &ctx->kept; *ll; ll = &(*ll)->next) { /* void */ }
+    for (ll = &ctx->deferred; *ll; ll = &(*ll)->next) { /* void */ }
 
     for ( /* void */ ; in; in = in->next) {
         cl = ngx_alloc_chain_link(r->pool);
@@ -473,19 +476,21 @@ ngx_http_idempotency_keep(ngx_http_request_t *r,
 }
 
 
-void
-ngx_http_idempotency_filter_committed(ngx_http_idempotency_ctx_t *ctx)
+/* the completion write ended: the end of the response goes on */
+
+static void
+ngx_http_idempotency_committed(ngx_http_idempotency_ctx_t *ctx)
 {
-    if (ctx->keep_ev.timer_set) {
-        ngx_del_timer(&ctx->keep_ev);
+    if (ctx->defer_ev.timer_set) {
+        ngx_del_timer(&ctx->defer_ev);
     }
 
-    ngx_http_idempotency_send_kept(ctx);
+    ngx_http_idempotency_send_deferred(ctx);
 }
 
 
 static void
-ngx_http_idempotency_keep_timeout(ngx_event_t *ev)
+ngx_http_idempotency_defer_timeout(ngx_event_t *ev)
 {
     ngx_http_idempotency_ctx_t  *ctx;
 
@@ -496,28 +501,28 @@ ngx_http_idempotency_keep_timeout(ngx_event_t *ev)
                   "not committed within %M ms: sent to the client anyway, "
                   "the write goes on (a duplicate meanwhile gets 409)",
                   &ctx->conf->store->name, &ctx->shard->name, &ctx->key_id,
-                  ngx_http_idempotency_keep_time(ctx));
+                  ngx_http_idempotency_defer_time(ctx));
 
-    ngx_http_idempotency_send_kept(ctx);
+    ngx_http_idempotency_send_deferred(ctx);
 }
 
 
 static void
-ngx_http_idempotency_send_kept(ngx_http_idempotency_ctx_t *ctx)
+ngx_http_idempotency_send_deferred(ngx_http_idempotency_ctx_t *ctx)
 {
-    if (!ctx->keeping) {
+    if (!ctx->deferring) {
         return;
     }
 
-    ctx->keeping = 0;
+    ctx->deferring = 0;
 
-    if (ctx->kept == NULL) {
+    if (ctx->deferred == NULL) {
         return;
     }
 
     /* not from inside the store op's handler: the request may end */
 
-    ctx->resume_ev.handler = ngx_http_idempotency_send_kept_handler;
+    ctx->resume_ev.handler = ngx_http_idempotency_send_deferred_handler;
     ctx->resume_ev.data = ctx->request;
     ctx->resume_ev.log = ctx->request->connection->log;
 
@@ -526,7 +531,7 @@ ngx_http_idempotency_send_kept(ngx_http_idempotency_ctx_t *ctx)
 
 
 static void
-ngx_http_idempotency_send_kept_handler(ngx_event_t *ev)
+ngx_http_idempotency_send_deferred_handler(ngx_event_t *ev)
 {
     ngx_connection_t    *c;
     ngx_http_request_t  *r;
@@ -555,7 +560,17 @@ ngx_http_idempotency_filter_abandon(ngx_http_idempotency_ctx_t *ctx)
     ctx->body = NULL;
     ctx->tail = NULL;
 
-    (void) ngx_http_idempotency_complete(ctx);
+    (void) ngx_http_idempotency_complete(ctx,
+                                         ngx_http_idempotency_committed);
+}
+
+
+void
+ngx_http_idempotency_filter_cleanup(ngx_http_idempotency_ctx_t *ctx)
+{
+    if (ctx->defer_ev.timer_set) {
+        ngx_del_timer(&ctx->defer_ev);
+    }
 }
 
 

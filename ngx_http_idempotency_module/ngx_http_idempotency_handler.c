@@ -5,9 +5,10 @@
  * The handler runs once per main request: it reads the key, and the body
  * when the fingerprint needs it, and hands the request to claim.c, which
  * decides it (tiers, claim, verdict, hold).  The phases are suspended
- * meanwhile; claim.c resolves the outcome and resume() runs the phases
- * again, where the handler lets a won claim go on to its content handler
- * or answers the request itself (replay, 409, 422, ...).
+ * meanwhile; claim.c resolves the outcome and resumes the phases (ctx.c),
+ * where the handler lets a won claim go on to its content handler or
+ * answers the request itself (replay, 409, 422, ...).  When the request
+ * ends, its teardown gives back whatever it still holds.
  */
 
 
@@ -20,6 +21,8 @@
 #include "ngx_http_idempotency_tier.h"
 #include "ngx_http_idempotency_hold.h"
 #include "ngx_http_idempotency_complete.h"
+#include "ngx_http_idempotency_filter.h"
+#include "ngx_http_idempotency_owner.h"
 
 
 static ngx_int_t ngx_http_idempotency_start(ngx_http_request_t *r,
@@ -28,12 +31,11 @@ static ngx_int_t ngx_http_idempotency_request_key(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx);
 static void ngx_http_idempotency_body_handler(ngx_http_request_t *r);
 static void ngx_http_idempotency_hash_handler(ngx_event_t *ev);
-static void ngx_http_idempotency_resume_handler(ngx_event_t *ev);
 static ngx_int_t ngx_http_idempotency_respond(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx);
 static ngx_int_t ngx_http_idempotency_replay(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx);
-static void ngx_http_idempotency_cleanup(void *data);
+static void ngx_http_idempotency_teardown(ngx_http_idempotency_ctx_t *ctx);
 
 
 ngx_int_t
@@ -79,31 +81,16 @@ ngx_http_idempotency_start(ngx_http_request_t *r,
     ngx_http_idempotency_loc_conf_t *ilcf)
 {
     ngx_int_t                    rc;
-    ngx_pool_cleanup_t          *cln;
     ngx_http_idempotency_ctx_t  *ctx;
 
-    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_idempotency_ctx_t));
+    /* the teardown gives back whatever the request still holds when it
+     * ends */
+
+    ctx = ngx_http_idempotency_ctx_create(r, ilcf,
+                                          ngx_http_idempotency_teardown);
     if (ctx == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
-
-    /* a pool cleanup finds the ctx again after an internal redirect and
-     * gives back whatever the request still holds when it ends */
-
-    cln = ngx_pool_cleanup_add(r->pool, 0);
-    if (cln == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    cln->handler = ngx_http_idempotency_cleanup;
-    cln->data = ctx;
-
-    ctx->request = r;
-    ctx->conf = ilcf;
-    ctx->status = NGX_HTTP_IDEMPOTENCY_BYPASS;
-    ctx->state = NGX_HTTP_IDEMPOTENCY_S_DONE;
-
-    ngx_http_set_ctx(r, ctx, ngx_http_idempotency_module);
 
     rc = ngx_http_idempotency_request_key(r, ctx);
 
@@ -327,57 +314,6 @@ ngx_http_idempotency_hash_handler(ngx_event_t *ev)
 }
 
 
-void
-ngx_http_idempotency_resolve(ngx_http_request_t *r,
-    ngx_http_idempotency_ctx_t *ctx, ngx_uint_t outcome, ngx_uint_t status)
-{
-    ctx->outcome = outcome;
-    ctx->status = status;
-    ctx->state = NGX_HTTP_IDEMPOTENCY_S_DECIDED;
-
-    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                   "idempotency: outcome %ui, status %ui", outcome, status);
-}
-
-
-void
-ngx_http_idempotency_resume(ngx_http_request_t *r)
-{
-    ngx_http_idempotency_ctx_t  *ctx;
-
-    /*
-     * Resume from a posted event, not from inside the store op's handler:
-     * finalizing the request here could free the op's pool (kept for a
-     * replay) while the pool code still looks at the op.
-     */
-
-    ctx = ngx_http_idempotency_get_ctx(r);
-
-    ctx->resume_ev.handler = ngx_http_idempotency_resume_handler;
-    ctx->resume_ev.data = r;
-    ctx->resume_ev.log = r->connection->log;
-
-    ngx_post_event(&ctx->resume_ev, &ngx_posted_events);
-}
-
-
-static void
-ngx_http_idempotency_resume_handler(ngx_event_t *ev)
-{
-    ngx_connection_t    *c;
-    ngx_http_request_t  *r;
-
-    r = ev->data;
-    c = r->connection;
-
-    r->read_event_handler = ngx_http_block_reading;
-    r->write_event_handler = ngx_http_core_run_phases;
-
-    ngx_http_core_run_phases(r);
-    ngx_http_run_posted_requests(c);
-}
-
-
 static ngx_int_t
 ngx_http_idempotency_respond(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx)
@@ -457,10 +393,16 @@ ngx_http_idempotency_replay(ngx_http_request_t *r,
 }
 
 
+/*
+ * The request ends: its timers and posted events go, a tier lookup or a
+ * claim in flight is detached, and a key the request still holds is
+ * given back, or kept as executed when its client left.
+ */
+
 static void
-ngx_http_idempotency_cleanup(void *data)
+ngx_http_idempotency_teardown(ngx_http_idempotency_ctx_t *ctx)
 {
-    ngx_http_idempotency_ctx_t  *ctx = data;
+    ngx_connection_t  *c;
 
     ngx_http_idempotency_metrics_request(ctx->conf->store, ctx->status,
                                          ctx->tier);
@@ -479,14 +421,43 @@ ngx_http_idempotency_cleanup(void *data)
     /* a Redis lookup in flight */
     ngx_http_idempotency_tier_cleanup(ctx);
 
-    if (ctx->keep_ev.timer_set) {
-        ngx_del_timer(&ctx->keep_ev);
-    }
+    /* the end of a response that waits for its completion */
+    ngx_http_idempotency_filter_cleanup(ctx);
 
     ngx_http_idempotency_lease_stop(&ctx->lease);
 
-    /* a claim in flight, a key still held */
+    /* a claim in flight gives the key back if it wins */
     ngx_http_idempotency_claim_cleanup(ctx);
+
+    c = ctx->request->connection;
+
+    if (ctx->owner && (c->error || c->timedout)) {
+
+        /*
+         * The client is gone and the response did not reach its end: the
+         * upstream failed after the client left, a client that stopped
+         * reading hit send_timeout (nginx then drains and cuts the
+         * upstream), or a content handler that is not an upstream stopped
+         * with its client.  Whether it executed is unknown.  A known
+         * status is recorded as executed-not-stored; otherwise the key
+         * stays in progress, unrenewed, until its lease ends (as when an
+         * owner dies).  Releasing it would invite a second execution.
+         */
+
+        if (ctx->capturing) {
+            ngx_http_idempotency_filter_abandon(ctx);
+
+        } else {
+            ngx_log_error(NGX_LOG_INFO, c->log, 0,
+                          "idempotency: client closed the connection while "
+                          "key %V was upstream: the key stays in "
+                          "progress until its lease ends", &ctx->key_id);
+            ngx_http_idempotency_handed_over(ctx);
+        }
+    }
+
+    ngx_http_idempotency_release(ctx, "request ended before its response "
+                                      "was complete");
 
     /* a completion write goes on without the request */
     ngx_http_idempotency_complete_detach(ctx);
@@ -500,64 +471,4 @@ ngx_http_idempotency_cleanup(void *data)
         ngx_destroy_pool(ctx->replay_pool);
         ctx->replay_pool = NULL;
     }
-}
-
-
-void
-ngx_http_idempotency_keep_replay(ngx_http_idempotency_ctx_t *ctx,
-    ngx_pool_t *pool)
-{
-    if (ctx->replay_pool) {
-        ngx_destroy_pool(ctx->replay_pool);
-    }
-
-    ctx->replay_pool = pool;
-}
-
-
-ngx_http_idempotency_ctx_t *
-ngx_http_idempotency_get_ctx(ngx_http_request_t *r)
-{
-    ngx_pool_cleanup_t          *cln;
-    ngx_http_idempotency_ctx_t  *ctx;
-
-    ctx = ngx_http_get_module_ctx(r, ngx_http_idempotency_module);
-
-    if (ctx || !(r->internal || r->error_page)) {
-        return ctx;
-    }
-
-    /* an internal redirect zeroed r->ctx; the cleanup still has it */
-
-    for (cln = r->pool->cleanup; cln; cln = cln->next) {
-        if (cln->handler == ngx_http_idempotency_cleanup) {
-            ctx = cln->data;
-            ngx_http_set_ctx(r, ctx, ngx_http_idempotency_module);
-            return ctx;
-        }
-    }
-
-    return NULL;
-}
-
-
-ngx_http_idempotency_shard_t *
-ngx_http_idempotency_shard(ngx_http_idempotency_store_t *store,
-    u_char *key_hash)
-{
-    uint32_t                       h;
-    ngx_http_idempotency_shard_t  *shards;
-
-    shards = store->shards.elts;
-
-    if (store->shards.nelts == 1) {
-        return &shards[0];
-    }
-
-    /* the first four bytes of the key hash, big-endian, modulo the
-     * number of servers: stable for a given ordered server list */
-
-    h = ngx_http_idempotency_get_be(key_hash, 4);
-
-    return &shards[h % store->shards.nelts];
 }

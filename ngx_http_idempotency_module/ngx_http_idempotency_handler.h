@@ -1,8 +1,6 @@
 
 /*
- * ngx_http_idempotency_module: the precontent phase handler and the
- * per-request context that claim.c, hold.c, tier.c, the capture filter
- * and the completion share.
+ * ngx_http_idempotency_module: the precontent phase handler.
  */
 
 
@@ -10,140 +8,10 @@
 #define _NGX_HTTP_IDEMPOTENCY_HANDLER_H_INCLUDED_
 
 
-#include "ngx_http_idempotency_module.h"
-#include "ngx_http_idempotency_mysql.h"
-#include "ngx_http_idempotency_record.h"
-#include "ngx_http_idempotency_entry.h"
-#include "ngx_http_idempotency_redis.h"
-#include "ngx_http_idempotency_lease.h"
-#include "ngx_http_idempotency_key.h"
-
-
-/* ctx->state: where the request is on its way to a decision */
-#define NGX_HTTP_IDEMPOTENCY_S_BODY     1   /* reading the request body */
-#define NGX_HTTP_IDEMPOTENCY_S_STORE    2   /* a tier or MySQL is asked */
-#define NGX_HTTP_IDEMPOTENCY_S_HELD     3   /* held duplicate (hold.c) */
-#define NGX_HTTP_IDEMPOTENCY_S_DECIDED  4   /* outcome known */
-#define NGX_HTTP_IDEMPOTENCY_S_DONE     5   /* handled; never again */
-
-/* the hex digits of the key hash that name a key in the error log */
-#define NGX_HTTP_IDEMPOTENCY_KEY_ID_LEN   8
-
-/* ctx->outcome */
-#define NGX_HTTP_IDEMPOTENCY_OUT_FORWARD  0
-#define NGX_HTTP_IDEMPOTENCY_OUT_REPLAY   1
-#define NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM  2
-#define NGX_HTTP_IDEMPOTENCY_OUT_ERROR    3   /* 500 */
-
-
-typedef struct ngx_http_idempotency_ctx_s  ngx_http_idempotency_ctx_t;
-
-/*
- * Where a tier lookup or a hold goes on when it ends: rc NGX_OK, a tier
- * has the response (ctx->entry); NGX_DECLINED, MySQL is to be asked.
- */
-typedef void (*ngx_http_idempotency_next_pt)(ngx_http_idempotency_ctx_t *ctx,
-    ngx_int_t rc);
-
-
-struct ngx_http_idempotency_ctx_s {
-    ngx_http_request_t                *request;
-    ngx_http_idempotency_loc_conf_t   *conf;
-    ngx_http_idempotency_shard_t      *shard;
-
-    ngx_str_t                          key;
-    ngx_str_t                          key_id;     /* for the error log */
-    ngx_uint_t                         status;     /* $idempotency_status */
-    ngx_uint_t                         state;
-    ngx_uint_t                         outcome;
-    ngx_uint_t                         problem;
-    time_t                             retry_after;
-
-    ngx_http_idempotency_op_t         *op;         /* claim in flight */
-    ngx_msec_t                         claimed;    /* claim sent at */
-    ngx_http_idempotency_lease_t       lease;
-    ngx_uint_t                         tries;      /* claim steps */
-    ngx_uint_t                         lost;       /* of them: 1213 */
-    ngx_uint_t                         take;       /* READ said: TAKE_* */
-    time_t                             take_ttl;   /* retention it said */
-    ngx_msec_t                         wait_until;
-    ngx_msec_t                         poll_delay;
-    ngx_event_t                        wait_ev;
-    ngx_event_t                        resume_ev;
-    ngx_event_t                        hash_ev;    /* next body slice */
-    ngx_http_idempotency_fp_t          fp;
-
-    ngx_pool_t                        *replay_pool;
-    ngx_http_idempotency_record_t      record;
-
-    /* replay tiers (tier.h) */
-    ngx_uint_t                         tier;       /* $idempotency_tier */
-    time_t                             expires;    /* owner: retention */
-    ngx_http_idempotency_redis_op_t   *redis_op;   /* lookup in flight */
-    ngx_http_idempotency_entry_t       entry;      /* tier hit */
-    ngx_http_idempotency_next_pt       next;       /* lookup, hold */
-    ngx_queue_t                        waiter;     /* held duplicate */
-    ngx_msec_t                         poll_at;    /* held: next poll */
-
-    /* capture of the response, in memory the module owns */
-    ngx_pool_t                        *capture;
-    size_t                            *charged;   /* in its cleanup */
-    ngx_str_t                          head;
-    ngx_chain_t                       *body;
-    ngx_chain_t                       *tail;
-    size_t                             body_len;
-    off_t                              expect_len;
-    ngx_uint_t                         resp_status;
-
-    /* the completion write, and the end of the response waiting for it */
-    void                              *job;
-    ngx_chain_t                       *kept;      /* end of response */
-    ngx_event_t                        keep_ev;
-
-    unsigned                           owner:1;    /* holds the claim */
-    unsigned                           keeping:1;  /* until committed */
-    unsigned                           gone:1;     /* client unwritable */
-    unsigned                           in_progress:1; /* seen so */
-    unsigned                           exists:1;   /* its row seen */
-    unsigned                           capturing:1;
-    unsigned                           capture_seen:1;
-    unsigned                           too_large:1;
-    unsigned                           held:1;     /* in the waiter list */
-    unsigned                           woken:1;    /* by the owner's end */
-    unsigned                           has_token:1;
-
-    u_char                key_hash[NGX_HTTP_IDEMPOTENCY_HASH_LEN];
-    u_char                key_id_data[NGX_HTTP_IDEMPOTENCY_KEY_ID_LEN];
-    u_char                fingerprint[NGX_HTTP_IDEMPOTENCY_HASH_LEN];
-    u_char                token[NGX_HTTP_IDEMPOTENCY_TOKEN_LEN];
-};
+#include "ngx_http_idempotency_ctx.h"
 
 
 ngx_int_t ngx_http_idempotency_handler(ngx_http_request_t *r);
-
-/* the context, also after an internal redirect zeroed r->ctx */
-ngx_http_idempotency_ctx_t *ngx_http_idempotency_get_ctx(
-    ngx_http_request_t *r);
-
-/* the outcome is known: what the phase handler does when it resumes */
-void ngx_http_idempotency_resolve(ngx_http_request_t *r,
-    ngx_http_idempotency_ctx_t *ctx, ngx_uint_t outcome,
-    ngx_uint_t status);
-
-/* runs the phases again, from a posted event */
-void ngx_http_idempotency_resume(ngx_http_request_t *r);
-
-/*
- * The one home of a replay's memory: the record a replay sends points
- * into pool, which the request now owns (a cache zone copy, a Redis or
- * a MySQL op's pool, each handed over by its *_take_pool()).
- */
-void ngx_http_idempotency_keep_replay(ngx_http_idempotency_ctx_t *ctx,
-    ngx_pool_t *pool);
-
-/* the shard a key hash lives on */
-ngx_http_idempotency_shard_t *ngx_http_idempotency_shard(
-    ngx_http_idempotency_store_t *store, u_char *key_hash);
 
 
 #endif /* _NGX_HTTP_IDEMPOTENCY_HANDLER_H_INCLUDED_ */

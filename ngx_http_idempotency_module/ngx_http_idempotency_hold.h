@@ -15,7 +15,7 @@
 #define _NGX_HTTP_IDEMPOTENCY_HOLD_H_INCLUDED_
 
 
-#include "ngx_http_idempotency_handler.h"
+#include "ngx_http_idempotency_ctx.h"
 
 
 /* how often a held duplicate looks into the cache zone, ms */

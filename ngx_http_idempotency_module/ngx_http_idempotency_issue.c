@@ -4,6 +4,9 @@
  */
 
 
+#include <ngx_config.h>
+#include <ngx_core.h>
+
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 

@@ -5,6 +5,9 @@
  */
 
 
+#include <ngx_config.h>
+#include <ngx_core.h>
+
 #include <openssl/evp.h>
 
 #include "ngx_http_idempotency_key.h"
@@ -51,22 +54,11 @@ ngx_http_idempotency_find_header(ngx_http_request_t *r, ngx_str_t *name,
 
     n = 0;
     part = &r->headers_in.headers.part;
-    h = part->elts;
+    i = 0;
 
-    for (i = 0; /* void */; i++) {
-
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                break;
-            }
-
-            part = part->next;
-            h = part->elts;
-            i = 0;
-        }
-
-        if (h[i].key.len != name->len
-            || ngx_strncasecmp(h[i].key.data, name->data, name->len) != 0)
+    while ((h = ngx_http_idempotency_next_header(&part, &i)) != NULL) {
+        if (h->key.len != name->len
+            || ngx_strncasecmp(h->key.data, name->data, name->len) != 0)
         {
             continue;
         }
@@ -75,7 +67,7 @@ ngx_http_idempotency_find_header(ngx_http_request_t *r, ngx_str_t *name,
             return NGX_ERROR;
         }
 
-        *value = h[i].value;
+        *value = h->value;
     }
 
     return n ? NGX_OK : NGX_DECLINED;

@@ -1,6 +1,6 @@
 
 /*
- * ngx_http_idempotency_module: metrics ("idempotency_metrics;").
+ * ngx_http_idempotency_module: the metrics zone and its counters.
  *
  * One shared-memory zone per nginx, made whenever a store is defined,
  * holds a block of counters per store, found again by the store's name
@@ -90,9 +90,6 @@ struct ngx_http_idempotency_metrics_s {
 /* adds the zone (postconfiguration), when the configuration has stores */
 ngx_int_t ngx_http_idempotency_metrics_init(ngx_conf_t *cf);
 
-/* starts the worker's publishing timer (init_process) */
-ngx_int_t ngx_http_idempotency_metrics_init_process(ngx_cycle_t *cycle);
-
 /* a request ends: its $idempotency_status and $idempotency_tier */
 void ngx_http_idempotency_metrics_request(
     ngx_http_idempotency_store_t *store, ngx_uint_t status, ngx_uint_t tier);
@@ -101,9 +98,11 @@ void ngx_http_idempotency_metrics_request(
 void ngx_http_idempotency_metrics_op(ngx_http_idempotency_store_t *store,
     ngx_uint_t kind, ngx_uint_t ok, ngx_msec_t ms);
 
-/* "idempotency_metrics;" */
-char *ngx_http_idempotency_metrics(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
+/* this worker's slot in a store's block */
+ngx_uint_t ngx_http_idempotency_metrics_slot(void);
+
+/* the upper bounds of the op latency buckets, ms; the last is +Inf */
+extern ngx_msec_t  ngx_http_idempotency_metrics_le[];
 
 
 #define ngx_http_idempotency_metric(store, name)                             \

@@ -16,6 +16,7 @@
 #include "ngx_http_idempotency_key.h"
 #include "ngx_http_idempotency_store.h"
 #include "ngx_http_idempotency_metrics.h"
+#include "ngx_http_idempotency_prometheus.h"
 #include "ngx_http_idempotency_issue.h"
 
 

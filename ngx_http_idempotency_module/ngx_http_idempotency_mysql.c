@@ -32,7 +32,15 @@
  * shutdown() makes every further read/write of the driver fail at once,
  * the interrupted call is run to its (failed) end so that the driver
  * releases what it holds, and mysql_close_start() then finishes at once
- * because there is nothing left to wait for.
+ * because there is nothing left to wait for. *
+ * The file, top down: the op (its API: made, given values, run,
+ * detached); conns (a shard's connections in the worker: connect, TLS,
+ * the session); a connection's calls (an op's statement started, driven
+ * by the driver's wait masks, its failure, the connection parked or
+ * discarded); batches (the ops of a kind that share one statement, what
+ * each learns, one statement of a kind at a time); the end of an op (its
+ * deadline, its handler called from a posted event).  result.c reads a
+ * statement's result into its op.
  */
 
 
@@ -49,6 +57,7 @@
 #include "ngx_http_idempotency_conn.h"
 #include "ngx_http_idempotency_metrics.h"
 #include "ngx_http_idempotency_mysql.h"
+#include "ngx_http_idempotency_result.h"
 
 
 #define NGX_HTTP_IDEMPOTENCY_MYSQL_CONNECT      0
@@ -77,13 +86,6 @@
  * record alone does (complete.c checks a record over 1 MB against it)
  */
 #define NGX_HTTP_IDEMPOTENCY_MYSQL_BATCH_BYTES  (512 * 1024)
-
-/*
- * A result column's buffer at first: the driver's max_length is the
- * largest value the statement has ever returned on its connection, not
- * this result's, so a longer value is fetched again at its own length
- */
-#define NGX_HTTP_IDEMPOTENCY_MYSQL_FETCH_SIZE   4096
 
 /* _cont calls allowed to let an interrupted call fail on a dead socket */
 #define NGX_HTTP_IDEMPOTENCY_MYSQL_ABORT_STEPS  16
@@ -170,16 +172,15 @@ typedef struct {
 } ngx_http_idempotency_mysql_conn_t;
 
 
+static void ngx_http_idempotency_mysql_enqueue(
+    ngx_http_idempotency_mysql_conns_t *conns, ngx_http_idempotency_op_t *op);
+static void ngx_http_idempotency_mysql_dequeue(ngx_http_idempotency_op_t *op);
 static ngx_http_idempotency_mysql_conns_t *ngx_http_idempotency_mysql_conns(
     ngx_http_idempotency_shard_t *shard);
 static void ngx_http_idempotency_mysql_kick(
     ngx_http_idempotency_mysql_conns_t *conns);
 static void ngx_http_idempotency_mysql_fail_waiting(
     ngx_http_idempotency_mysql_conns_t *conns);
-static void ngx_http_idempotency_mysql_enqueue(
-    ngx_http_idempotency_mysql_conns_t *conns, ngx_http_idempotency_op_t *op);
-static void ngx_http_idempotency_mysql_dequeue(ngx_http_idempotency_op_t *op);
-
 static ngx_int_t ngx_http_idempotency_mysql_open(
     ngx_http_idempotency_mysql_conns_t *conns, ngx_http_idempotency_op_t *op);
 static MYSQL *ngx_http_idempotency_mysql_handle(
@@ -196,49 +197,33 @@ static ngx_int_t ngx_http_idempotency_mysql_connect_failed(
     ngx_http_idempotency_mysql_conn_t *conn, ngx_uint_t err, u_char *text,
     size_t len);
 static void ngx_http_idempotency_mysql_connect_timeout(ngx_event_t *ev);
-
 static ngx_int_t ngx_http_idempotency_mysql_start(
     ngx_http_idempotency_mysql_conn_t *conn, ngx_http_idempotency_op_t *op);
-static ngx_int_t ngx_http_idempotency_mysql_process(
-    ngx_http_idempotency_mysql_conn_t *conn, int status);
-static int ngx_http_idempotency_mysql_cont(
-    ngx_http_idempotency_mysql_conn_t *conn, int ready);
-static void ngx_http_idempotency_mysql_gather(
-    ngx_http_idempotency_mysql_conn_t *conn, ngx_http_idempotency_op_t *op);
-static ngx_uint_t ngx_http_idempotency_mysql_members(
-    ngx_http_idempotency_op_t *op);
-static size_t ngx_http_idempotency_mysql_op_size(
-    ngx_http_idempotency_op_t *op);
-static ngx_uint_t ngx_http_idempotency_mysql_batch_error(ngx_uint_t err);
-static void ngx_http_idempotency_mysql_rescue(
-    ngx_http_idempotency_mysql_conns_t *conns);
-static ngx_int_t ngx_http_idempotency_mysql_unbatch(
-    ngx_http_idempotency_mysql_conn_t *conn, ngx_uint_t single);
-static void ngx_http_idempotency_mysql_finish_all(
-    ngx_http_idempotency_op_t *op, ngx_uint_t rc);
-static void ngx_http_idempotency_mysql_flush(ngx_event_t *ev);
-static ngx_http_idempotency_op_t *ngx_http_idempotency_mysql_startable(
-    ngx_http_idempotency_mysql_conns_t *conns);
-static void ngx_http_idempotency_mysql_bind(MYSQL_BIND *b,
-    ngx_http_idempotency_param_t *pm);
 static int ngx_http_idempotency_mysql_prepare(
     ngx_http_idempotency_mysql_conn_t *conn);
 static int ngx_http_idempotency_mysql_execute(
     ngx_http_idempotency_mysql_conn_t *conn);
-static ngx_int_t ngx_http_idempotency_mysql_stmt_result(
-    ngx_http_idempotency_mysql_conn_t *conn);
-static ngx_int_t ngx_http_idempotency_mysql_fetch_long(MYSQL_STMT *stmt,
-    MYSQL_BIND *bind, ngx_uint_t n, unsigned long *len, my_bool *nul,
-    ngx_pool_t *pool, u_char **data);
-static ngx_int_t ngx_http_idempotency_mysql_copy_row(
-    ngx_http_idempotency_op_t *op, u_char **data, unsigned long *len,
-    my_bool *nul);
-static void ngx_http_idempotency_mysql_stmts_free(
-    ngx_http_idempotency_mysql_conn_t *conn);
+static void ngx_http_idempotency_mysql_bind(MYSQL_BIND *b,
+    ngx_http_idempotency_param_t *pm);
+static ngx_int_t ngx_http_idempotency_mysql_process(
+    ngx_http_idempotency_mysql_conn_t *conn, int status);
+static ngx_int_t ngx_http_idempotency_mysql_suspend(
+    ngx_http_idempotency_mysql_conn_t *conn, int status);
+static ngx_int_t ngx_http_idempotency_mysql_query_step(
+    ngx_http_idempotency_mysql_conn_t *conn, int *status);
+static ngx_int_t ngx_http_idempotency_mysql_stmt_step(
+    ngx_http_idempotency_mysql_conn_t *conn, int *status);
+static int ngx_http_idempotency_mysql_cont(
+    ngx_http_idempotency_mysql_conn_t *conn, int ready);
 static ngx_int_t ngx_http_idempotency_mysql_result(
+    ngx_http_idempotency_mysql_conn_t *conn);
+static void ngx_http_idempotency_mysql_stmts_free(
     ngx_http_idempotency_mysql_conn_t *conn);
 static ngx_int_t ngx_http_idempotency_mysql_failed(
     ngx_http_idempotency_mysql_conn_t *conn);
+static ngx_int_t ngx_http_idempotency_mysql_lost_idle(
+    ngx_http_idempotency_mysql_conn_t *conn, ngx_uint_t err,
+    const char *text);
 static ngx_int_t ngx_http_idempotency_mysql_done(
     ngx_http_idempotency_mysql_conn_t *conn, ngx_uint_t rc);
 static ngx_int_t ngx_http_idempotency_mysql_abort_op(
@@ -247,7 +232,6 @@ static void ngx_http_idempotency_mysql_next(
     ngx_http_idempotency_mysql_conn_t *conn);
 static void ngx_http_idempotency_mysql_park(
     ngx_http_idempotency_mysql_conn_t *conn);
-
 static ngx_int_t ngx_http_idempotency_mysql_wait(
     ngx_http_idempotency_mysql_conn_t *conn, int status);
 static void ngx_http_idempotency_mysql_resume(
@@ -256,7 +240,6 @@ static void ngx_http_idempotency_mysql_event_handler(ngx_event_t *ev);
 static void ngx_http_idempotency_mysql_wait_handler(ngx_event_t *ev);
 static void ngx_http_idempotency_mysql_idle_check(
     ngx_http_idempotency_mysql_conn_t *conn);
-
 static ngx_socket_t ngx_http_idempotency_mysql_socket(
     ngx_http_idempotency_mysql_conn_t *conn);
 static ngx_int_t ngx_http_idempotency_mysql_wrap(
@@ -265,11 +248,31 @@ static void ngx_http_idempotency_mysql_unwrap(
     ngx_http_idempotency_mysql_conn_t *conn);
 static void ngx_http_idempotency_mysql_discard(
     ngx_http_idempotency_mysql_conn_t *conn);
-
+static void ngx_http_idempotency_mysql_gather(
+    ngx_http_idempotency_mysql_conn_t *conn, ngx_http_idempotency_op_t *op);
+static size_t ngx_http_idempotency_mysql_op_size(
+    ngx_http_idempotency_op_t *op);
+static ngx_uint_t ngx_http_idempotency_mysql_members(
+    ngx_http_idempotency_op_t *op);
+static ngx_int_t ngx_http_idempotency_mysql_executed(
+    ngx_http_idempotency_mysql_conn_t *conn);
+static ngx_int_t ngx_http_idempotency_mysql_unbatch(
+    ngx_http_idempotency_mysql_conn_t *conn, ngx_uint_t single);
+static ngx_int_t ngx_http_idempotency_mysql_batch_failed(
+    ngx_http_idempotency_mysql_conn_t *conn, ngx_uint_t err,
+    const char *text);
+static ngx_uint_t ngx_http_idempotency_mysql_batch_error(ngx_uint_t err);
+static void ngx_http_idempotency_mysql_finish_all(
+    ngx_http_idempotency_op_t *op, ngx_uint_t rc);
+static void ngx_http_idempotency_mysql_flush(ngx_event_t *ev);
+static void ngx_http_idempotency_mysql_rescue(
+    ngx_http_idempotency_mysql_conns_t *conns);
+static ngx_http_idempotency_op_t *ngx_http_idempotency_mysql_startable(
+    ngx_http_idempotency_mysql_conns_t *conns);
 static void ngx_http_idempotency_mysql_op_timeout(ngx_event_t *ev);
-static void ngx_http_idempotency_mysql_op_posted(ngx_event_t *ev);
 static void ngx_http_idempotency_mysql_op_finish(
     ngx_http_idempotency_op_t *op, ngx_uint_t rc);
+static void ngx_http_idempotency_mysql_op_posted(ngx_event_t *ev);
 static void ngx_http_idempotency_mysql_op_down(ngx_http_idempotency_op_t *op);
 static void ngx_http_idempotency_mysql_op_error(
     ngx_http_idempotency_op_t *op, ngx_uint_t err, u_char *text, size_t len);
@@ -669,6 +672,12 @@ ngx_http_idempotency_mysql_exit(ngx_cycle_t *cycle)
     /* the driver's global state (plugins, charsets) */
     mysql_library_end();
 }
+
+
+/*
+ * Conns: a shard's connections in this worker, and making one (connect,
+ * TLS, the session).
+ */
 
 
 static ngx_http_idempotency_mysql_conns_t *
@@ -1170,6 +1179,13 @@ ngx_http_idempotency_mysql_connect_timeout(ngx_event_t *ev)
 
 
 /*
+ * A connection's calls: an op's statement started and driven by the
+ * driver's wait masks through nginx events, its result or its failure,
+ * and the connection parked, watched while idle, or discarded.
+ */
+
+
+/*
  * The ..._start/_process/_done/_failed family returns:
  *   NGX_AGAIN  the connection waits for the driver's socket;
  *   NGX_OK     the connection is free (the caller gives it work or
@@ -1227,222 +1243,6 @@ ngx_http_idempotency_mysql_start(ngx_http_idempotency_mysql_conn_t *conn,
     }
 
     return ngx_http_idempotency_mysql_process(conn, status);
-}
-
-
-/*
- * The waiting ops of the same slot join the op: one statement with a row
- * for each, in the order they came.  A statement has 1, 2, 4, 8 or 16
- * rows, so that a connection prepares at most five of each kind (the
- * server's max_prepared_stmt_count counts them over all its clients).
- */
-
-static void
-ngx_http_idempotency_mysql_gather(ngx_http_idempotency_mysql_conn_t *conn,
-    ngx_http_idempotency_op_t *op)
-{
-    size_t                               size;
-    ngx_uint_t                           n;
-    ngx_queue_t                         *q, *next;
-    ngx_http_idempotency_op_t           *w, **tail;
-    ngx_http_idempotency_mysql_conns_t  *conns;
-
-    conns = conn->conns;
-    tail = &op->batch_next;
-
-    n = 1;
-    size = ngx_http_idempotency_mysql_op_size(op);
-
-    for (q = ngx_queue_head(&conns->waiting);
-         q != ngx_queue_sentinel(&conns->waiting)
-         && n < NGX_HTTP_IDEMPOTENCY_BATCH_MAX;
-         q = ngx_queue_next(q))
-    {
-        w = ngx_queue_data(q, ngx_http_idempotency_op_t, queue);
-
-        if (w->stmt != op->stmt || w->single) {
-            continue;
-        }
-
-        /* the ops are taken in this order below: stop at one too many */
-
-        size += ngx_http_idempotency_mysql_op_size(w);
-
-        if (size > NGX_HTTP_IDEMPOTENCY_MYSQL_BATCH_BYTES) {
-            break;
-        }
-
-        n++;
-    }
-
-    while (n & (n - 1)) {
-        n &= n - 1;
-    }
-
-    for (q = ngx_queue_head(&conns->waiting);
-         q != ngx_queue_sentinel(&conns->waiting) && conn->nbatch < n;
-         q = next)
-    {
-        next = ngx_queue_next(q);
-        w = ngx_queue_data(q, ngx_http_idempotency_op_t, queue);
-
-        if (w->stmt != op->stmt || w->single) {
-            continue;
-        }
-
-        ngx_http_idempotency_mysql_dequeue(w);
-
-        w->conn = conn;
-        *tail = w;
-        tail = &w->batch_next;
-
-        conn->nbatch++;
-    }
-
-    *tail = NULL;
-
-    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, op->log, 0,
-                   "idempotency mysql %s: %ui ops in one statement",
-                   op->name, conn->nbatch);
-}
-
-
-static size_t
-ngx_http_idempotency_mysql_op_size(ngx_http_idempotency_op_t *op)
-{
-    size_t      size;
-    ngx_uint_t  i;
-
-    size = 0;
-
-    for (i = 0; i < op->nparams; i++) {
-        size += op->params[i].len;
-    }
-
-    return size;
-}
-
-
-static ngx_uint_t
-ngx_http_idempotency_mysql_members(ngx_http_idempotency_op_t *op)
-{
-    ngx_uint_t  n;
-
-    for (n = 0; op; op = op->batch_next) {
-        n++;
-    }
-
-    return n;
-}
-
-
-/*
- * The ops of a batch go back to the head of the queue, in their order:
- * to run again on their own (single: the batch did not change a row for
- * each, and which ones it did is unknown), or as they were.  The
- * connection is free.
- */
-
-static ngx_int_t
-ngx_http_idempotency_mysql_unbatch(ngx_http_idempotency_mysql_conn_t *conn,
-    ngx_uint_t single)
-{
-    ngx_queue_t                         *q;
-    ngx_http_idempotency_op_t           *op, *next;
-    ngx_http_idempotency_mysql_conns_t  *conns;
-
-    conns = conn->conns;
-    q = ngx_queue_sentinel(&conns->waiting);
-
-    for (op = conn->op; op; op = next) {
-        next = op->batch_next;
-
-        op->batch_next = NULL;
-        op->conn = NULL;
-        op->single = single;
-
-        ngx_queue_insert_after(q, &op->queue);
-        q = &op->queue;
-        conns->nwaiting++;
-    }
-
-    conn->op = NULL;
-    conn->state = NGX_HTTP_IDEMPOTENCY_MYSQL_IDLE;
-    conn->events = 0;
-    conn->reused = 1;
-
-    return NGX_OK;
-}
-
-
-/* the op the connection ran and the others of its batch end alike */
-
-static void
-ngx_http_idempotency_mysql_finish_all(ngx_http_idempotency_op_t *op,
-    ngx_uint_t rc)
-{
-    ngx_http_idempotency_op_t  *m, *next;
-
-    for (m = op->batch_next; m; m = next) {
-        next = m->batch_next;
-        m->batch_next = NULL;
-
-        if (op->err) {
-            ngx_http_idempotency_mysql_op_error(m, op->err,
-                                                op->err_text.data,
-                                                op->err_text.len);
-        }
-
-        ngx_http_idempotency_mysql_op_finish(m, rc);
-    }
-
-    op->batch_next = NULL;
-
-    ngx_http_idempotency_mysql_op_finish(op, rc);
-}
-
-
-/* batchable ops that this event loop iteration queued */
-
-static void
-ngx_http_idempotency_mysql_flush(ngx_event_t *ev)
-{
-    ngx_queue_t                         *q;
-    ngx_http_idempotency_mysql_conn_t   *conn;
-    ngx_http_idempotency_mysql_conns_t  *conns;
-
-    conns = ev->data;
-
-    while (!ngx_queue_empty(&conns->idle)
-           && ngx_http_idempotency_mysql_startable(conns) != NULL)
-    {
-        q = ngx_queue_head(&conns->idle);
-        ngx_queue_remove(q);
-        ngx_queue_insert_tail(&conns->busy, q);
-
-        conn = ngx_queue_data(q, ngx_http_idempotency_mysql_conn_t, queue);
-
-        ngx_http_idempotency_mysql_next(conn);
-    }
-
-    ngx_http_idempotency_mysql_rescue(conns);
-}
-
-
-/*
- * Waiting ops that no connection will serve (the idle one they were
- * queued for closed meanwhile, and none is busy) get a new one.
- */
-
-static void
-ngx_http_idempotency_mysql_rescue(ngx_http_idempotency_mysql_conns_t *conns)
-{
-    if (conns->nwaiting
-        && ngx_queue_empty(&conns->idle)
-        && ngx_queue_empty(&conns->busy))
-    {
-        ngx_http_idempotency_mysql_kick(conns);
-    }
 }
 
 
@@ -1567,32 +1367,21 @@ ngx_http_idempotency_mysql_bind(MYSQL_BIND *b,
 }
 
 
+/*
+ * Drives the connection's call until the driver waits for its socket or
+ * the call ends: status is the wait mask of the call just made.
+ */
+
 static ngx_int_t
 ngx_http_idempotency_mysql_process(ngx_http_idempotency_mysql_conn_t *conn,
     int status)
 {
-    uint64_t                    rows;
-    MYSQL_STMT                 *stmt;
-    ngx_http_idempotency_op_t  *op;
+    ngx_int_t  rc;
 
     for ( ;; ) {
 
         if (status) {
-            if (ngx_http_idempotency_mysql_wait(conn, status) != NGX_OK) {
-
-                if (conn->state == NGX_HTTP_IDEMPOTENCY_MYSQL_CONNECT) {
-                    return ngx_http_idempotency_mysql_connect_failed(conn,
-                                  CR_UNKNOWN_ERROR,
-                                  (u_char *) "could not add socket events",
-                                  27);
-                }
-
-                return ngx_http_idempotency_mysql_abort_op(conn,
-                                  NGX_HTTP_IDEMPOTENCY_OP_DOWN,
-                                  "could not add socket events");
-            }
-
-            return NGX_AGAIN;
+            return ngx_http_idempotency_mysql_suspend(conn, status);
         }
 
         switch (conn->state) {
@@ -1601,129 +1390,171 @@ ngx_http_idempotency_mysql_process(ngx_http_idempotency_mysql_conn_t *conn,
             return ngx_http_idempotency_mysql_connected(conn);
 
         case NGX_HTTP_IDEMPOTENCY_MYSQL_QUERY:
-
-            if (conn->ret != 0) {
-                return ngx_http_idempotency_mysql_failed(conn);
-            }
-
-            conn->state = NGX_HTTP_IDEMPOTENCY_MYSQL_STORE;
-            status = mysql_store_result_start(&conn->res, conn->mysql);
-            break;
-
         case NGX_HTTP_IDEMPOTENCY_MYSQL_STORE:
-
-            if (conn->res == NULL && mysql_errno(conn->mysql)) {
-                return ngx_http_idempotency_mysql_failed(conn);
-            }
-
-            if (ngx_http_idempotency_mysql_result(conn) != NGX_OK) {
-                return ngx_http_idempotency_mysql_abort_op(conn,
-                                  NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR,
-                                  "out of memory");
-            }
-
-            if (!mysql_more_results(conn->mysql)) {
-                return ngx_http_idempotency_mysql_done(conn,
-                                                NGX_HTTP_IDEMPOTENCY_OP_OK);
-            }
-
-            conn->state = NGX_HTTP_IDEMPOTENCY_MYSQL_NEXT;
-            status = mysql_next_result_start(&conn->ret, conn->mysql);
-            break;
-
         case NGX_HTTP_IDEMPOTENCY_MYSQL_NEXT:
-
-            if (conn->ret > 0) {
-                return ngx_http_idempotency_mysql_failed(conn);
-            }
-
-            if (conn->ret < 0) {
-                return ngx_http_idempotency_mysql_done(conn,
-                                                NGX_HTTP_IDEMPOTENCY_OP_OK);
-            }
-
-            conn->state = NGX_HTTP_IDEMPOTENCY_MYSQL_STORE;
-            status = mysql_store_result_start(&conn->res, conn->mysql);
+            rc = ngx_http_idempotency_mysql_query_step(conn, &status);
             break;
 
         case NGX_HTTP_IDEMPOTENCY_MYSQL_PREPARE:
-
-            if (conn->ret != 0) {
-                return ngx_http_idempotency_mysql_failed(conn);
-            }
-
-            conn->ready[conn->op->stmt][conn->nbatch - 1] = 1;
-
-            if (ngx_http_idempotency_mysql_members(conn->op)
-                != conn->nbatch)
-            {
-                /* one of the batch timed out meanwhile */
-                return ngx_http_idempotency_mysql_unbatch(conn, 1);
-            }
-
-            status = ngx_http_idempotency_mysql_execute(conn);
-
-            if (status < 0) {
-                return ngx_http_idempotency_mysql_abort_op(conn,
-                                  NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR,
-                                  "could not bind a prepared statement");
-            }
-
-            break;
-
         case NGX_HTTP_IDEMPOTENCY_MYSQL_EXECUTE:
-
-            if (conn->ret != 0) {
-                return ngx_http_idempotency_mysql_failed(conn);
-            }
-
-            stmt = conn->stmt;
-
-            if (mysql_stmt_field_count(stmt)) {
-                conn->state = NGX_HTTP_IDEMPOTENCY_MYSQL_STMT_STORE;
-                status = mysql_stmt_store_result_start(&conn->ret, stmt);
-                break;
-            }
-
-            rows = (uint64_t) mysql_stmt_affected_rows(stmt);
-
-            if (conn->nbatch > 1) {
-                if (rows == conn->nbatch) {
-                    rows = 1;
-
-                } else if (conn->op->rerun) {
-                    return ngx_http_idempotency_mysql_unbatch(conn, 1);
-
-                } else {
-                    rows = 0;
-                }
-            }
-
-            for (op = conn->op; op; op = op->batch_next) {
-                op->affected_rows = rows;
-            }
-
-            return ngx_http_idempotency_mysql_done(conn,
-                                                NGX_HTTP_IDEMPOTENCY_OP_OK);
-
         case NGX_HTTP_IDEMPOTENCY_MYSQL_STMT_STORE:
-
-            if (conn->ret != 0) {
-                return ngx_http_idempotency_mysql_failed(conn);
-            }
-
-            if (ngx_http_idempotency_mysql_stmt_result(conn) != NGX_OK) {
-                return ngx_http_idempotency_mysql_abort_op(conn,
-                                  NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR,
-                                  "could not read a result row");
-            }
-
-            return ngx_http_idempotency_mysql_done(conn,
-                                                NGX_HTTP_IDEMPOTENCY_OP_OK);
+            rc = ngx_http_idempotency_mysql_stmt_step(conn, &status);
+            break;
 
         default: /* NGX_HTTP_IDEMPOTENCY_MYSQL_IDLE */
             return NGX_OK;
         }
+
+        if (rc != NGX_DECLINED) {
+            return rc;
+        }
+    }
+}
+
+
+/* the driver waits: so does the connection, for the events it asked */
+
+static ngx_int_t
+ngx_http_idempotency_mysql_suspend(ngx_http_idempotency_mysql_conn_t *conn,
+    int status)
+{
+    if (ngx_http_idempotency_mysql_wait(conn, status) == NGX_OK) {
+        return NGX_AGAIN;
+    }
+
+    if (conn->state == NGX_HTTP_IDEMPOTENCY_MYSQL_CONNECT) {
+        return ngx_http_idempotency_mysql_connect_failed(conn,
+                                  CR_UNKNOWN_ERROR,
+                                  (u_char *) "could not add socket events",
+                                  27);
+    }
+
+    return ngx_http_idempotency_mysql_abort_op(conn,
+                                  NGX_HTTP_IDEMPOTENCY_OP_DOWN,
+                                  "could not add socket events");
+}
+
+
+/*
+ * The next call of a statement sent as text (query, result sets): its
+ * wait mask in *status and NGX_DECLINED, or how the op ended (as for
+ * ngx_http_idempotency_mysql_start()).
+ */
+
+static ngx_int_t
+ngx_http_idempotency_mysql_query_step(ngx_http_idempotency_mysql_conn_t *conn,
+    int *status)
+{
+    switch (conn->state) {
+
+    case NGX_HTTP_IDEMPOTENCY_MYSQL_QUERY:
+
+        if (conn->ret != 0) {
+            return ngx_http_idempotency_mysql_failed(conn);
+        }
+
+        break;
+
+    case NGX_HTTP_IDEMPOTENCY_MYSQL_STORE:
+
+        if (conn->res == NULL && mysql_errno(conn->mysql)) {
+            return ngx_http_idempotency_mysql_failed(conn);
+        }
+
+        if (ngx_http_idempotency_mysql_result(conn) != NGX_OK) {
+            return ngx_http_idempotency_mysql_abort_op(conn,
+                                  NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR,
+                                  "out of memory");
+        }
+
+        if (!mysql_more_results(conn->mysql)) {
+            return ngx_http_idempotency_mysql_done(conn,
+                                                NGX_HTTP_IDEMPOTENCY_OP_OK);
+        }
+
+        conn->state = NGX_HTTP_IDEMPOTENCY_MYSQL_NEXT;
+        *status = mysql_next_result_start(&conn->ret, conn->mysql);
+        return NGX_DECLINED;
+
+    default: /* NGX_HTTP_IDEMPOTENCY_MYSQL_NEXT */
+
+        if (conn->ret > 0) {
+            return ngx_http_idempotency_mysql_failed(conn);
+        }
+
+        if (conn->ret < 0) {
+            return ngx_http_idempotency_mysql_done(conn,
+                                                NGX_HTTP_IDEMPOTENCY_OP_OK);
+        }
+
+        break;
+    }
+
+    conn->state = NGX_HTTP_IDEMPOTENCY_MYSQL_STORE;
+    *status = mysql_store_result_start(&conn->res, conn->mysql);
+
+    return NGX_DECLINED;
+}
+
+
+/* the next call of a prepared statement: as for query_step() */
+
+static ngx_int_t
+ngx_http_idempotency_mysql_stmt_step(ngx_http_idempotency_mysql_conn_t *conn,
+    int *status)
+{
+    if (conn->ret != 0) {
+        return ngx_http_idempotency_mysql_failed(conn);
+    }
+
+    switch (conn->state) {
+
+    case NGX_HTTP_IDEMPOTENCY_MYSQL_PREPARE:
+
+        conn->ready[conn->op->stmt][conn->nbatch - 1] = 1;
+
+        if (ngx_http_idempotency_mysql_members(conn->op) != conn->nbatch) {
+            /* one of the batch timed out meanwhile */
+            return ngx_http_idempotency_mysql_unbatch(conn, 1);
+        }
+
+        *status = ngx_http_idempotency_mysql_execute(conn);
+
+        if (*status < 0) {
+            return ngx_http_idempotency_mysql_abort_op(conn,
+                                  NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR,
+                                  "could not bind a prepared statement");
+        }
+
+        return NGX_DECLINED;
+
+    case NGX_HTTP_IDEMPOTENCY_MYSQL_EXECUTE:
+
+        if (mysql_stmt_field_count(conn->stmt) == 0) {
+            return ngx_http_idempotency_mysql_executed(conn);
+        }
+
+        conn->state = NGX_HTTP_IDEMPOTENCY_MYSQL_STMT_STORE;
+        *status = mysql_stmt_store_result_start(&conn->ret, conn->stmt);
+        return NGX_DECLINED;
+
+    default: /* NGX_HTTP_IDEMPOTENCY_MYSQL_STMT_STORE */
+
+        if (ngx_http_idempotency_result_stmt(conn->op, conn->stmt,
+                                             conn->bind, conn->nbatch > 1)
+            != NGX_OK)
+        {
+            return ngx_http_idempotency_mysql_abort_op(conn,
+                                  NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR,
+                                  "could not read a result row");
+        }
+
+        ngx_log_debug2(NGX_LOG_DEBUG_HTTP, conn->op->log, 0,
+                       "idempotency mysql %s: %ui rows",
+                       conn->op->name, conn->op->nrows);
+
+        return ngx_http_idempotency_mysql_done(conn,
+                                                NGX_HTTP_IDEMPOTENCY_OP_OK);
     }
 }
 
@@ -1774,11 +1605,7 @@ ngx_http_idempotency_mysql_cont(ngx_http_idempotency_mysql_conn_t *conn,
 static ngx_int_t
 ngx_http_idempotency_mysql_result(ngx_http_idempotency_mysql_conn_t *conn)
 {
-    u_char                     *p;
-    MYSQL_ROW                   row;
     MYSQL_RES                  *res;
-    ngx_uint_t                  i, n;
-    unsigned long              *lengths;
     ngx_http_idempotency_op_t  *op;
 
     op = conn->op;
@@ -1794,271 +1621,13 @@ ngx_http_idempotency_mysql_result(ngx_http_idempotency_mysql_conn_t *conn)
         return NGX_OK;
     }
 
-    n = mysql_num_fields(res);
-
-    op->nrows = (ngx_uint_t) mysql_num_rows(res);
-    op->nfields = ngx_min(n, NGX_HTTP_IDEMPOTENCY_MAX_FIELDS);
-
-    /* a stored result: fetching and freeing it does no I/O */
-
-    row = mysql_fetch_row(res);
-    lengths = row ? mysql_fetch_lengths(res) : NULL;
-
-    for (i = 0; i < NGX_HTTP_IDEMPOTENCY_MAX_FIELDS; i++) {
-
-        if (i >= op->nfields || row == NULL || row[i] == NULL) {
-            ngx_str_null(&op->fields[i]);
-            continue;
-        }
-
-        p = ngx_pnalloc(op->pool, lengths[i] ? lengths[i] : 1);
-        if (p == NULL) {
-            mysql_free_result(res);   /* stored: no I/O */
-            return NGX_ERROR;
-        }
-
-        ngx_memcpy(p, row[i], lengths[i]);
-
-        op->fields[i].data = p;
-        op->fields[i].len = lengths[i];
+    if (ngx_http_idempotency_result_text(op, res) != NGX_OK) {
+        return NGX_ERROR;
     }
-
-    mysql_free_result(res);   /* stored: no I/O */
 
     ngx_log_debug3(NGX_LOG_DEBUG_HTTP, op->log, 0,
                    "idempotency mysql %s: result set %ui: %ui rows",
                    op->name, conn->nresults, op->nrows);
-
-    return NGX_OK;
-}
-
-
-/*
- * A prepared statement's stored result, into op->pool: every column as
- * text (the driver converts numbers), as the text protocol gives them.
- * One op gets the first row; in a batch (op->match), each row goes to
- * the ops it belongs to.  Reading a stored result does no I/O.
- */
-
-static ngx_int_t
-ngx_http_idempotency_mysql_stmt_result(ngx_http_idempotency_mysql_conn_t *conn)
-{
-    int                         rc;
-    size_t                      size;
-    MYSQL_RES                  *meta;
-    MYSQL_BIND                 *b;
-    ngx_int_t                   ok;
-    ngx_uint_t                  i, n, r, rows;
-    MYSQL_STMT                 *stmt;
-    MYSQL_FIELD                *fields;
-    ngx_http_idempotency_op_t     *op, *m;
-    ngx_http_idempotency_param_t  *pm;
-    u_char                        *data[NGX_HTTP_IDEMPOTENCY_MAX_FIELDS];
-    my_bool                        nul[NGX_HTTP_IDEMPOTENCY_MAX_FIELDS];
-    unsigned long                  len[NGX_HTTP_IDEMPOTENCY_MAX_FIELDS];
-
-    op = conn->op;
-    stmt = conn->stmt;
-
-    n = mysql_stmt_field_count(stmt);
-    rows = (ngx_uint_t) mysql_stmt_num_rows(stmt);
-
-    for (m = op; m; m = m->batch_next) {
-        for (i = 0; i < NGX_HTTP_IDEMPOTENCY_MAX_FIELDS; i++) {
-            ngx_str_null(&m->fields[i]);
-        }
-
-        m->nrows = 0;
-        m->nfields = ngx_min(n, NGX_HTTP_IDEMPOTENCY_MAX_FIELDS);
-    }
-
-    ok = NGX_ERROR;
-
-    if (rows == 0) {
-        ok = NGX_OK;
-        goto done;
-    }
-
-    if (n > NGX_HTTP_IDEMPOTENCY_MAX_FIELDS) {
-        goto done;
-    }
-
-    meta = mysql_stmt_result_metadata(stmt);
-    if (meta == NULL) {
-        goto done;
-    }
-
-    fields = mysql_fetch_fields(meta);
-
-    for (i = 0; i < n; i++) {
-        b = &conn->bind[i];
-        ngx_memzero(b, sizeof(MYSQL_BIND));
-
-        /* a number's max_length is its binary size; room for its text */
-        size = ngx_min(ngx_max(fields[i].max_length, NGX_INT64_LEN) + 1,
-                       NGX_HTTP_IDEMPOTENCY_MYSQL_FETCH_SIZE);
-
-        b->buffer = ngx_pnalloc(op->pool, size);
-        if (b->buffer == NULL) {
-            mysql_free_result(meta);
-            goto done;
-        }
-
-        b->buffer_type = MYSQL_TYPE_STRING;
-        b->buffer_length = size;
-        b->length = &len[i];
-        b->is_null = &nul[i];
-    }
-
-    mysql_free_result(meta);
-
-    if (mysql_stmt_bind_result(stmt, conn->bind) != 0) {
-        goto done;
-    }
-
-    if (conn->nbatch == 1 || !op->match) {
-        rc = mysql_stmt_fetch(stmt);   /* a stored row: no I/O */
-
-        if ((rc != 0 && rc != MYSQL_DATA_TRUNCATED)
-            || ngx_http_idempotency_mysql_fetch_long(stmt, conn->bind, n,
-                                                     len, nul, op->pool,
-                                                     data)
-               != NGX_OK)
-        {
-            goto done;
-        }
-
-        op->nrows = rows;
-
-        for (i = 0; i < op->nfields; i++) {
-            if (!nul[i]) {
-                op->fields[i].data = data[i];
-                op->fields[i].len = len[i];
-            }
-        }
-
-        ok = NGX_OK;
-        goto done;
-    }
-
-    for (r = 0; r < rows; r++) {
-        rc = mysql_stmt_fetch(stmt);
-
-        if ((rc != 0 && rc != MYSQL_DATA_TRUNCATED)
-            || nul[0]
-            || ngx_http_idempotency_mysql_fetch_long(stmt, conn->bind, n,
-                                                     len, nul, op->pool,
-                                                     data)
-               != NGX_OK)
-        {
-            goto done;
-        }
-
-        for (m = op; m; m = m->batch_next) {
-            pm = &m->params[op->match - 1];
-
-            if (m->nparams < op->match
-                || pm->data == NULL
-                || pm->len != len[0]
-                || ngx_memcmp(pm->data, data[0], len[0]) != 0)
-            {
-                continue;
-            }
-
-            if (ngx_http_idempotency_mysql_copy_row(m, data, len, nul)
-                != NGX_OK)
-            {
-                goto done;
-            }
-        }
-    }
-
-    ok = NGX_OK;
-
-done:
-
-    (void) mysql_stmt_free_result(stmt);   /* stored: no I/O */
-
-    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, op->log, 0,
-                   "idempotency mysql %s: %ui rows", op->name, op->nrows);
-
-    return ok;
-}
-
-
-/*
- * The fetched row's values (data): in the bound buffers, or, for one
- * longer than its buffer, fetched again whole into the pool (the row is
- * stored: no I/O).
- */
-
-static ngx_int_t
-ngx_http_idempotency_mysql_fetch_long(MYSQL_STMT *stmt, MYSQL_BIND *bind,
-    ngx_uint_t n, unsigned long *len, my_bool *nul, ngx_pool_t *pool,
-    u_char **data)
-{
-    my_bool        null;
-    ngx_uint_t     i;
-    MYSQL_BIND     b;
-    unsigned long  got;
-
-    for (i = 0; i < n; i++) {
-        data[i] = bind[i].buffer;
-
-        if (nul[i] || len[i] <= bind[i].buffer_length) {
-            continue;
-        }
-
-        ngx_memzero(&b, sizeof(MYSQL_BIND));
-
-        b.buffer_type = MYSQL_TYPE_STRING;
-        b.buffer = ngx_pnalloc(pool, len[i]);
-        b.buffer_length = len[i];
-        b.length = &got;
-        b.is_null = &null;
-
-        if (b.buffer == NULL
-            || mysql_stmt_fetch_column(stmt, &b, i, 0) != 0
-            || got != len[i])
-        {
-            return NGX_ERROR;
-        }
-
-        data[i] = b.buffer;
-    }
-
-    return NGX_OK;
-}
-
-
-/* a fetched row into one op of a batch, in its own pool */
-
-static ngx_int_t
-ngx_http_idempotency_mysql_copy_row(ngx_http_idempotency_op_t *op,
-    u_char **data, unsigned long *len, my_bool *nul)
-{
-    u_char      *p;
-    ngx_uint_t   i;
-
-    for (i = 0; i < op->nfields; i++) {
-
-        if (nul[i]) {
-            ngx_str_null(&op->fields[i]);
-            continue;
-        }
-
-        p = ngx_pnalloc(op->pool, len[i] ? len[i] : 1);
-        if (p == NULL) {
-            return NGX_ERROR;
-        }
-
-        ngx_memcpy(p, data[i], len[i]);
-
-        op->fields[i].data = p;
-        op->fields[i].len = len[i];
-    }
-
-    op->nrows = 1;
 
     return NGX_OK;
 }
@@ -2125,63 +1694,11 @@ ngx_http_idempotency_mysql_failed(ngx_http_idempotency_mysql_conn_t *conn)
     if ((err == CR_SERVER_GONE_ERROR || err == CR_SERVER_LOST)
         && conn->reused)
     {
-        /*
-         * the server closed a connection that had been idle: run the op
-         * once more on a new connection, within its own deadline
-         */
-
-        ngx_log_error(NGX_LOG_INFO, conns->log, 0,
-                      "idempotency store \"%V\" mysql=%V: %s failed: "
-                      "(%ui) %s, retrying on a new connection",
-                      &conns->store->name, &conns->shard->name,
-                      op->name, err, text);
-
-        if (op->batch_next) {
-            /* the batch waits for a connection, as it was */
-            (void) ngx_http_idempotency_mysql_unbatch(conn, 0);
-            ngx_http_idempotency_mysql_discard(conn);
-            ngx_http_idempotency_mysql_kick(conns);
-            return NGX_DONE;
-        }
-
-        conn->op = NULL;
-        op->conn = NULL;
-
-        ngx_http_idempotency_mysql_discard(conn);
-
-        if (ngx_http_idempotency_outage_backoff(&conns->outage)) {
-            ngx_http_idempotency_mysql_op_down(op);
-
-        } else {
-            (void) ngx_http_idempotency_mysql_open(conns, op);
-        }
-
-        return NGX_DONE;
+        return ngx_http_idempotency_mysql_lost_idle(conn, err, text);
     }
 
     if (op->batch_next && ngx_http_idempotency_mysql_batch_error(err)) {
-
-        /*
-         * a failure that may be the batch's own (its size, a deadlock or a
-         * lock wait among its rows, its statement gone): each op runs
-         * again alone, within its own deadline, and its own result counts
-         */
-
-        ngx_log_error(NGX_LOG_INFO, conns->log, 0,
-                      "idempotency store \"%V\" mysql=%V: %s of %ui "
-                      "failed: (%ui) %s, running each alone",
-                      &conns->store->name, &conns->shard->name,
-                      op->name, ngx_http_idempotency_mysql_members(op),
-                      err, text);
-
-        if (err >= CR_MIN_ERROR && err <= CR_MAX_ERROR) {
-            (void) ngx_http_idempotency_mysql_unbatch(conn, 1);
-            ngx_http_idempotency_mysql_discard(conn);
-            ngx_http_idempotency_mysql_kick(conns);
-            return NGX_DONE;
-        }
-
-        return ngx_http_idempotency_mysql_unbatch(conn, 1);
+        return ngx_http_idempotency_mysql_batch_failed(conn, err, text);
     }
 
     ngx_http_idempotency_mysql_op_error(op, err, (u_char *) text,
@@ -2220,23 +1737,48 @@ ngx_http_idempotency_mysql_failed(ngx_http_idempotency_mysql_conn_t *conn)
 }
 
 
-static ngx_uint_t
-ngx_http_idempotency_mysql_batch_error(ngx_uint_t err)
+/*
+ * The server closed a connection that had been idle: the op runs once
+ * more on a new connection, within its own deadline (a batch waits for
+ * one, as it was).
+ */
+
+static ngx_int_t
+ngx_http_idempotency_mysql_lost_idle(ngx_http_idempotency_mysql_conn_t *conn,
+    ngx_uint_t err, const char *text)
 {
-    switch (err) {
+    ngx_http_idempotency_op_t           *op;
+    ngx_http_idempotency_mysql_conns_t  *conns;
 
-    case ER_NET_PACKET_TOO_LARGE:
-    case CR_NET_PACKET_TOO_LARGE:
-    case ER_LOCK_DEADLOCK:
-    case ER_LOCK_WAIT_TIMEOUT:
-    case ER_UNKNOWN_STMT_HANDLER:
-    case CR_SERVER_GONE_ERROR:
-    case CR_SERVER_LOST:
-        return 1;
+    op = conn->op;
+    conns = conn->conns;
 
-    default:
-        return 0;
+    ngx_log_error(NGX_LOG_INFO, conns->log, 0,
+                  "idempotency store \"%V\" mysql=%V: %s failed: "
+                  "(%ui) %s, retrying on a new connection",
+                  &conns->store->name, &conns->shard->name,
+                  op->name, err, text);
+
+    if (op->batch_next) {
+        (void) ngx_http_idempotency_mysql_unbatch(conn, 0);
+        ngx_http_idempotency_mysql_discard(conn);
+        ngx_http_idempotency_mysql_kick(conns);
+        return NGX_DONE;
     }
+
+    conn->op = NULL;
+    op->conn = NULL;
+
+    ngx_http_idempotency_mysql_discard(conn);
+
+    if (ngx_http_idempotency_outage_backoff(&conns->outage)) {
+        ngx_http_idempotency_mysql_op_down(op);
+
+    } else {
+        (void) ngx_http_idempotency_mysql_open(conns, op);
+    }
+
+    return NGX_DONE;
 }
 
 
@@ -2313,80 +1855,6 @@ ngx_http_idempotency_mysql_next(ngx_http_idempotency_mysql_conn_t *conn)
             return;
         }
     }
-}
-
-
-/*
- * The first waiting op that may start: any op but a batchable one of a
- * kind that has BATCH_RUNNING statements running for less than BATCH_SLOW
- * ms (it waits for one of them to end, and then goes with the others of
- * its kind, or for it to turn slow).
- */
-
-static ngx_http_idempotency_op_t *
-ngx_http_idempotency_mysql_startable(ngx_http_idempotency_mysql_conns_t *conns)
-{
-    ngx_uint_t                           n;
-    ngx_msec_t                           age, wake;
-    ngx_queue_t                         *q, *b;
-    ngx_http_idempotency_op_t           *op;
-    ngx_http_idempotency_mysql_conn_t   *c;
-
-    wake = NGX_HTTP_IDEMPOTENCY_MYSQL_BATCH_SLOW;
-
-    for (q = ngx_queue_head(&conns->waiting);
-         q != ngx_queue_sentinel(&conns->waiting);
-         q = ngx_queue_next(q))
-    {
-        op = ngx_queue_data(q, ngx_http_idempotency_op_t, queue);
-
-        if (op->batch == NULL || op->single) {
-            return op;
-        }
-
-        n = 0;
-
-        for (b = ngx_queue_head(&conns->busy);
-             b != ngx_queue_sentinel(&conns->busy);
-             b = ngx_queue_next(b))
-        {
-            c = ngx_queue_data(b, ngx_http_idempotency_mysql_conn_t, queue);
-
-            if (c->op == NULL || c->op->stmt != op->stmt
-                || c->state == NGX_HTTP_IDEMPOTENCY_MYSQL_CONNECT)
-            {
-                continue;
-            }
-
-            age = ngx_current_msec - c->running;
-
-            if (age < NGX_HTTP_IDEMPOTENCY_MYSQL_BATCH_SLOW) {
-                n++;
-                wake = ngx_min(wake,
-                               NGX_HTTP_IDEMPOTENCY_MYSQL_BATCH_SLOW - age);
-            }
-        }
-
-        if (n < NGX_HTTP_IDEMPOTENCY_MYSQL_BATCH_RUNNING) {
-            return op;
-        }
-    }
-
-    /* waiting ops look again when the first running statement turns slow */
-
-    if (!ngx_queue_empty(&conns->waiting)
-        && (!conns->slow.timer_set
-            || (ngx_msec_int_t) (conns->slow.timer.key - ngx_current_msec
-                                 - wake) > 0))
-    {
-        if (conns->slow.timer_set) {
-            ngx_del_timer(&conns->slow);
-        }
-
-        ngx_add_timer(&conns->slow, wake);
-    }
-
-    return NULL;
 }
 
 
@@ -2739,6 +2207,398 @@ ngx_http_idempotency_mysql_discard(ngx_http_idempotency_mysql_conn_t *conn)
 
     ngx_queue_insert_head(&conns->spare, &conn->queue);
 }
+
+
+/*
+ * Batches: batchable ops that wait at the same time share one statement
+ * of n rows; what each op of it learns; one statement of a kind at a
+ * time, and the rest once it has ended or turned slow.
+ */
+
+
+/*
+ * The waiting ops of the same slot join the op: one statement with a row
+ * for each, in the order they came.  A statement has 1, 2, 4, 8 or 16
+ * rows, so that a connection prepares at most five of each kind (the
+ * server's max_prepared_stmt_count counts them over all its clients).
+ */
+
+static void
+ngx_http_idempotency_mysql_gather(ngx_http_idempotency_mysql_conn_t *conn,
+    ngx_http_idempotency_op_t *op)
+{
+    size_t                               size;
+    ngx_uint_t                           n;
+    ngx_queue_t                         *q, *next;
+    ngx_http_idempotency_op_t           *w, **tail;
+    ngx_http_idempotency_mysql_conns_t  *conns;
+
+    conns = conn->conns;
+    tail = &op->batch_next;
+
+    n = 1;
+    size = ngx_http_idempotency_mysql_op_size(op);
+
+    for (q = ngx_queue_head(&conns->waiting);
+         q != ngx_queue_sentinel(&conns->waiting)
+         && n < NGX_HTTP_IDEMPOTENCY_BATCH_MAX;
+         q = ngx_queue_next(q))
+    {
+        w = ngx_queue_data(q, ngx_http_idempotency_op_t, queue);
+
+        if (w->stmt != op->stmt || w->single) {
+            continue;
+        }
+
+        /* the ops are taken in this order below: stop at one too many */
+
+        size += ngx_http_idempotency_mysql_op_size(w);
+
+        if (size > NGX_HTTP_IDEMPOTENCY_MYSQL_BATCH_BYTES) {
+            break;
+        }
+
+        n++;
+    }
+
+    while (n & (n - 1)) {
+        n &= n - 1;
+    }
+
+    for (q = ngx_queue_head(&conns->waiting);
+         q != ngx_queue_sentinel(&conns->waiting) && conn->nbatch < n;
+         q = next)
+    {
+        next = ngx_queue_next(q);
+        w = ngx_queue_data(q, ngx_http_idempotency_op_t, queue);
+
+        if (w->stmt != op->stmt || w->single) {
+            continue;
+        }
+
+        ngx_http_idempotency_mysql_dequeue(w);
+
+        w->conn = conn;
+        *tail = w;
+        tail = &w->batch_next;
+
+        conn->nbatch++;
+    }
+
+    *tail = NULL;
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, op->log, 0,
+                   "idempotency mysql %s: %ui ops in one statement",
+                   op->name, conn->nbatch);
+}
+
+
+static size_t
+ngx_http_idempotency_mysql_op_size(ngx_http_idempotency_op_t *op)
+{
+    size_t      size;
+    ngx_uint_t  i;
+
+    size = 0;
+
+    for (i = 0; i < op->nparams; i++) {
+        size += op->params[i].len;
+    }
+
+    return size;
+}
+
+
+static ngx_uint_t
+ngx_http_idempotency_mysql_members(ngx_http_idempotency_op_t *op)
+{
+    ngx_uint_t  n;
+
+    for (n = 0; op; op = op->batch_next) {
+        n++;
+    }
+
+    return n;
+}
+
+
+/*
+ * A statement without a result set ran: each op of a batch gets "1 row"
+ * when it changed a row for every op; otherwise which ones it changed is
+ * unknown: ops that must know run again alone (rerun), the others get 0.
+ */
+
+static ngx_int_t
+ngx_http_idempotency_mysql_executed(ngx_http_idempotency_mysql_conn_t *conn)
+{
+    uint64_t                    rows;
+    ngx_http_idempotency_op_t  *op;
+
+    rows = (uint64_t) mysql_stmt_affected_rows(conn->stmt);
+
+    if (conn->nbatch > 1) {
+        if (rows == conn->nbatch) {
+            rows = 1;
+
+        } else if (conn->op->rerun) {
+            return ngx_http_idempotency_mysql_unbatch(conn, 1);
+
+        } else {
+            rows = 0;
+        }
+    }
+
+    for (op = conn->op; op; op = op->batch_next) {
+        op->affected_rows = rows;
+    }
+
+    return ngx_http_idempotency_mysql_done(conn, NGX_HTTP_IDEMPOTENCY_OP_OK);
+}
+
+
+/*
+ * The ops of a batch go back to the head of the queue, in their order:
+ * to run again on their own (single: the batch did not change a row for
+ * each, and which ones it did is unknown), or as they were.  The
+ * connection is free.
+ */
+
+static ngx_int_t
+ngx_http_idempotency_mysql_unbatch(ngx_http_idempotency_mysql_conn_t *conn,
+    ngx_uint_t single)
+{
+    ngx_queue_t                         *q;
+    ngx_http_idempotency_op_t           *op, *next;
+    ngx_http_idempotency_mysql_conns_t  *conns;
+
+    conns = conn->conns;
+    q = ngx_queue_sentinel(&conns->waiting);
+
+    for (op = conn->op; op; op = next) {
+        next = op->batch_next;
+
+        op->batch_next = NULL;
+        op->conn = NULL;
+        op->single = single;
+
+        ngx_queue_insert_after(q, &op->queue);
+        q = &op->queue;
+        conns->nwaiting++;
+    }
+
+    conn->op = NULL;
+    conn->state = NGX_HTTP_IDEMPOTENCY_MYSQL_IDLE;
+    conn->events = 0;
+    conn->reused = 1;
+
+    return NGX_OK;
+}
+
+
+/*
+ * A failure that may be the batch's own (its size, a deadlock or a lock
+ * wait among its rows, its statement gone, its connection lost): each op
+ * runs again alone, within its own deadline, and its own result counts.
+ */
+
+static ngx_int_t
+ngx_http_idempotency_mysql_batch_failed(
+    ngx_http_idempotency_mysql_conn_t *conn, ngx_uint_t err,
+    const char *text)
+{
+    ngx_http_idempotency_op_t           *op;
+    ngx_http_idempotency_mysql_conns_t  *conns;
+
+    op = conn->op;
+    conns = conn->conns;
+
+    ngx_log_error(NGX_LOG_INFO, conns->log, 0,
+                  "idempotency store \"%V\" mysql=%V: %s of %ui "
+                  "failed: (%ui) %s, running each alone",
+                  &conns->store->name, &conns->shard->name,
+                  op->name, ngx_http_idempotency_mysql_members(op),
+                  err, text);
+
+    if (err >= CR_MIN_ERROR && err <= CR_MAX_ERROR) {
+        (void) ngx_http_idempotency_mysql_unbatch(conn, 1);
+        ngx_http_idempotency_mysql_discard(conn);
+        ngx_http_idempotency_mysql_kick(conns);
+        return NGX_DONE;
+    }
+
+    return ngx_http_idempotency_mysql_unbatch(conn, 1);
+}
+
+
+static ngx_uint_t
+ngx_http_idempotency_mysql_batch_error(ngx_uint_t err)
+{
+    switch (err) {
+
+    case ER_NET_PACKET_TOO_LARGE:
+    case CR_NET_PACKET_TOO_LARGE:
+    case ER_LOCK_DEADLOCK:
+    case ER_LOCK_WAIT_TIMEOUT:
+    case ER_UNKNOWN_STMT_HANDLER:
+    case CR_SERVER_GONE_ERROR:
+    case CR_SERVER_LOST:
+        return 1;
+
+    default:
+        return 0;
+    }
+}
+
+
+/* the op the connection ran and the others of its batch end alike */
+
+static void
+ngx_http_idempotency_mysql_finish_all(ngx_http_idempotency_op_t *op,
+    ngx_uint_t rc)
+{
+    ngx_http_idempotency_op_t  *m, *next;
+
+    for (m = op->batch_next; m; m = next) {
+        next = m->batch_next;
+        m->batch_next = NULL;
+
+        if (op->err) {
+            ngx_http_idempotency_mysql_op_error(m, op->err,
+                                                op->err_text.data,
+                                                op->err_text.len);
+        }
+
+        ngx_http_idempotency_mysql_op_finish(m, rc);
+    }
+
+    op->batch_next = NULL;
+
+    ngx_http_idempotency_mysql_op_finish(op, rc);
+}
+
+
+/* batchable ops that this event loop iteration queued */
+
+static void
+ngx_http_idempotency_mysql_flush(ngx_event_t *ev)
+{
+    ngx_queue_t                         *q;
+    ngx_http_idempotency_mysql_conn_t   *conn;
+    ngx_http_idempotency_mysql_conns_t  *conns;
+
+    conns = ev->data;
+
+    while (!ngx_queue_empty(&conns->idle)
+           && ngx_http_idempotency_mysql_startable(conns) != NULL)
+    {
+        q = ngx_queue_head(&conns->idle);
+        ngx_queue_remove(q);
+        ngx_queue_insert_tail(&conns->busy, q);
+
+        conn = ngx_queue_data(q, ngx_http_idempotency_mysql_conn_t, queue);
+
+        ngx_http_idempotency_mysql_next(conn);
+    }
+
+    ngx_http_idempotency_mysql_rescue(conns);
+}
+
+
+/*
+ * Waiting ops that no connection will serve (the idle one they were
+ * queued for closed meanwhile, and none is busy) get a new one.
+ */
+
+static void
+ngx_http_idempotency_mysql_rescue(ngx_http_idempotency_mysql_conns_t *conns)
+{
+    if (conns->nwaiting
+        && ngx_queue_empty(&conns->idle)
+        && ngx_queue_empty(&conns->busy))
+    {
+        ngx_http_idempotency_mysql_kick(conns);
+    }
+}
+
+
+/*
+ * The first waiting op that may start: any op but a batchable one of a
+ * kind that has BATCH_RUNNING statements running for less than BATCH_SLOW
+ * ms (it waits for one of them to end, and then goes with the others of
+ * its kind, or for it to turn slow).
+ */
+
+static ngx_http_idempotency_op_t *
+ngx_http_idempotency_mysql_startable(ngx_http_idempotency_mysql_conns_t *conns)
+{
+    ngx_uint_t                           n;
+    ngx_msec_t                           age, wake;
+    ngx_queue_t                         *q, *b;
+    ngx_http_idempotency_op_t           *op;
+    ngx_http_idempotency_mysql_conn_t   *c;
+
+    wake = NGX_HTTP_IDEMPOTENCY_MYSQL_BATCH_SLOW;
+
+    for (q = ngx_queue_head(&conns->waiting);
+         q != ngx_queue_sentinel(&conns->waiting);
+         q = ngx_queue_next(q))
+    {
+        op = ngx_queue_data(q, ngx_http_idempotency_op_t, queue);
+
+        if (op->batch == NULL || op->single) {
+            return op;
+        }
+
+        n = 0;
+
+        for (b = ngx_queue_head(&conns->busy);
+             b != ngx_queue_sentinel(&conns->busy);
+             b = ngx_queue_next(b))
+        {
+            c = ngx_queue_data(b, ngx_http_idempotency_mysql_conn_t, queue);
+
+            if (c->op == NULL || c->op->stmt != op->stmt
+                || c->state == NGX_HTTP_IDEMPOTENCY_MYSQL_CONNECT)
+            {
+                continue;
+            }
+
+            age = ngx_current_msec - c->running;
+
+            if (age < NGX_HTTP_IDEMPOTENCY_MYSQL_BATCH_SLOW) {
+                n++;
+                wake = ngx_min(wake,
+                               NGX_HTTP_IDEMPOTENCY_MYSQL_BATCH_SLOW - age);
+            }
+        }
+
+        if (n < NGX_HTTP_IDEMPOTENCY_MYSQL_BATCH_RUNNING) {
+            return op;
+        }
+    }
+
+    /* waiting ops look again when the first running statement turns slow */
+
+    if (!ngx_queue_empty(&conns->waiting)
+        && (!conns->slow.timer_set
+            || (ngx_msec_int_t) (conns->slow.timer.key - ngx_current_msec
+                                 - wake) > 0))
+    {
+        if (conns->slow.timer_set) {
+            ngx_del_timer(&conns->slow);
+        }
+
+        ngx_add_timer(&conns->slow, wake);
+    }
+
+    return NULL;
+}
+
+
+/*
+ * The end of an op: its deadline, and its handler, always called from a
+ * posted event.
+ */
 
 
 static void

@@ -96,26 +96,15 @@ ngx_http_idempotency_record_head(ngx_http_request_t *r, ngx_pool_t *pool,
     }
 
     part = &r->headers_out.headers.part;
-    h = part->elts;
+    i = 0;
 
-    for (i = 0; /* void */; i++) {
-
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                break;
-            }
-
-            part = part->next;
-            h = part->elts;
-            i = 0;
-        }
-
-        if (h[i].hash == 0 || ngx_http_idempotency_skip(skip, &h[i].key)) {
+    while ((h = ngx_http_idempotency_next_header(&part, &i)) != NULL) {
+        if (h->hash == 0 || ngx_http_idempotency_skip(skip, &h->key)) {
             continue;
         }
 
-        p = ngx_http_idempotency_put_field(p, &h[i].key, h[i].value.data,
-                                           h[i].value.len);
+        p = ngx_http_idempotency_put_field(p, &h->key, h->value.data,
+                                           h->value.len);
     }
 
     return NGX_OK;
@@ -185,35 +174,24 @@ ngx_http_idempotency_head_size(ngx_http_request_t *r, ngx_array_t *skip,
     }
 
     part = &r->headers_out.headers.part;
-    h = part->elts;
+    i = 0;
 
-    for (i = 0; /* void */; i++) {
-
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                break;
-            }
-
-            part = part->next;
-            h = part->elts;
-            i = 0;
-        }
-
-        if (h[i].hash == 0 || ngx_http_idempotency_skip(skip, &h[i].key)) {
+    while ((h = ngx_http_idempotency_next_header(&part, &i)) != NULL) {
+        if (h->hash == 0 || ngx_http_idempotency_skip(skip, &h->key)) {
             continue;
         }
 
-        if (ngx_http_idempotency_header_bad(&h[i].key, &h[i].value)) {
+        if (ngx_http_idempotency_header_bad(&h->key, &h->value)) {
             return NGX_DECLINED;
         }
 
         /* the format frames names in 16 bits and values in 32 */
 
-        if (h[i].key.len > 0xffff || h[i].value.len > 0xffffffff) {
+        if (h->key.len > 0xffff || h->value.len > 0xffffffff) {
             return NGX_ERROR;
         }
 
-        len += 2 + h[i].key.len + 4 + h[i].value.len;
+        len += 2 + h->key.len + 4 + h->value.len;
         n++;
     }
 
@@ -560,4 +538,24 @@ ngx_http_idempotency_get_be(u_char *p, size_t n)
     }
 
     return v;
+}
+
+
+ngx_table_elt_t *
+ngx_http_idempotency_next_header(ngx_list_part_t **part, ngx_uint_t *i)
+{
+    ngx_table_elt_t  *h;
+
+    while (*i >= (*part)->nelts) {
+        if ((*part)->next == NULL) {
+            return NULL;
+        }
+
+        *part = (*part)->next;
+        *i = 0;
+    }
+
+    h = (*part)->elts;
+
+    return &h[(*i)++];
 }

@@ -63,5 +63,12 @@ ngx_int_t ngx_http_idempotency_record_apply(ngx_http_request_t *r,
 u_char *ngx_http_idempotency_put_be(u_char *p, uint64_t v, size_t n);
 uint64_t ngx_http_idempotency_get_be(u_char *p, size_t n);
 
+/*
+ * The next header of a list of headers, from element *i of *part on,
+ * walking its parts; NULL at its end.  Start with the list's part, 0.
+ */
+ngx_table_elt_t *ngx_http_idempotency_next_header(ngx_list_part_t **part,
+    ngx_uint_t *i);
+
 
 #endif /* _NGX_HTTP_IDEMPOTENCY_RECORD_H_INCLUDED_ */

@@ -77,6 +77,9 @@ static ngx_int_t ngx_http_idempotency_redis_usable(
     ngx_http_idempotency_redis_t *client);
 static ngx_int_t ngx_http_idempotency_redis_connect(
     ngx_http_idempotency_redis_t *client);
+static ngx_int_t ngx_http_idempotency_redis_command(
+    ngx_http_idempotency_redis_t *client, redisCallbackFn *fn, void *privdata,
+    int argc, const char **argv, const size_t *argvlen, ngx_uint_t *owed);
 static ngx_int_t ngx_http_idempotency_redis_handshake(
     ngx_http_idempotency_redis_t *client);
 static void ngx_http_idempotency_redis_handshake_reply(
@@ -196,12 +199,14 @@ ngx_http_idempotency_redis_set(ngx_http_idempotency_store_t *store,
     size_t                            argvlen[5];
     u_char                            ttls[NGX_TIME_T_LEN];
 
-    client = ngx_http_idempotency_redis_client(store);
-    if (client == NULL) {
-        return NGX_DECLINED;
-    }
+    /* an entry is only an optimisation: none is written while Redis is
+     * away, and nothing waits for it */
 
-    if (ngx_http_idempotency_redis_usable(client) != NGX_OK) {
+    client = ngx_http_idempotency_redis_client(store);
+
+    if (client == NULL
+        || ngx_http_idempotency_redis_usable(client) != NGX_OK)
+    {
         return NGX_DECLINED;
     }
 
@@ -496,15 +501,14 @@ ngx_http_idempotency_redis_handshake(ngx_http_idempotency_redis_t *client)
         argv[1] = (const char *) store->redis_password.data;
         argvlen[1] = store->redis_password.len;
 
-        if (redisAsyncCommandArgv(client->ac,
-                                  ngx_http_idempotency_redis_handshake_reply,
-                                  client, 2, argv, argvlen)
-            != REDIS_OK)
+        if (ngx_http_idempotency_redis_command(client,
+                                    ngx_http_idempotency_redis_handshake_reply,
+                                    client, 2, argv, argvlen,
+                                    &client->handshake)
+            != NGX_OK)
         {
             return NGX_ERROR;
         }
-
-        client->handshake++;
     }
 
     if (store->redis_db > 0) {
@@ -515,31 +519,23 @@ ngx_http_idempotency_redis_handshake(ngx_http_idempotency_redis_t *client)
         argv[1] = (const char *) db;
         argvlen[1] = p - db;
 
-        if (redisAsyncCommandArgv(client->ac,
-                                  ngx_http_idempotency_redis_handshake_reply,
-                                  client, 2, argv, argvlen)
-            != REDIS_OK)
+        if (ngx_http_idempotency_redis_command(client,
+                                    ngx_http_idempotency_redis_handshake_reply,
+                                    client, 2, argv, argvlen,
+                                    &client->handshake)
+            != NGX_OK)
         {
             return NGX_ERROR;
         }
-
-        client->handshake++;
     }
 
     argv[0] = "PING";
     argvlen[0] = 4;
 
-    if (redisAsyncCommandArgv(client->ac,
-                              ngx_http_idempotency_redis_handshake_reply,
-                              client, 1, argv, argvlen)
-        != REDIS_OK)
-    {
-        return NGX_ERROR;
-    }
-
-    client->handshake++;
-
-    return NGX_OK;
+    return ngx_http_idempotency_redis_command(client,
+                                    ngx_http_idempotency_redis_handshake_reply,
+                                    client, 1, argv, argvlen,
+                                    &client->handshake);
 }
 
 
@@ -703,6 +699,13 @@ ngx_http_idempotency_redis_del_read(void *data)
 
 
 static void
+ngx_http_idempotency_redis_del_write(void *data)
+{
+    ngx_http_idempotency_redis_watch(data, 1, 0);
+}
+
+
+static void
 ngx_http_idempotency_redis_add_write(void *data)
 {
     ngx_http_idempotency_redis_t  *client = data;
@@ -725,13 +728,6 @@ ngx_http_idempotency_redis_add_write(void *data)
     {
         ngx_post_event(client->c->write, &ngx_posted_events);
     }
-}
-
-
-static void
-ngx_http_idempotency_redis_del_write(void *data)
-{
-    ngx_http_idempotency_redis_watch(data, 1, 0);
 }
 
 
@@ -888,26 +884,41 @@ ngx_http_idempotency_redis_op(ngx_http_idempotency_redis_t *client,
 }
 
 
+/* a command queued on the context; *owed counts the replies to come */
+
+static ngx_int_t
+ngx_http_idempotency_redis_command(ngx_http_idempotency_redis_t *client,
+    redisCallbackFn *fn, void *privdata, int argc, const char **argv,
+    const size_t *argvlen, ngx_uint_t *owed)
+{
+    if (redisAsyncCommandArgv(client->ac, fn, privdata, argc, argv, argvlen)
+        != REDIS_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    (*owed)++;
+
+    return NGX_OK;
+}
+
+
 /* queues a command of the op; if it cannot, the op fails */
 
 static ngx_int_t
 ngx_http_idempotency_redis_send(ngx_http_idempotency_redis_op_t *op,
     int argc, const char **argv, const size_t *argvlen)
 {
-    ngx_http_idempotency_redis_t  *client;
-
-    client = op->client;
-
-    if (redisAsyncCommandArgv(client->ac, ngx_http_idempotency_redis_reply,
-                              op, argc, argv, argvlen)
-        != REDIS_OK)
+    if (ngx_http_idempotency_redis_command(op->client,
+                                           ngx_http_idempotency_redis_reply,
+                                           op, argc, argv, argvlen,
+                                           &op->replies)
+        != NGX_OK)
     {
         ngx_http_idempotency_redis_finish(op,
                                           NGX_HTTP_IDEMPOTENCY_REDIS_ERROR);
         return NGX_ERROR;
     }
-
-    op->replies++;
 
     return NGX_OK;
 }

@@ -16,6 +16,9 @@
 #define NGX_HTTP_IDEMPOTENCY_HEX(n)   (sizeof("X''") - 1 + 2 * (n))
 
 
+static ngx_http_idempotency_op_t *ngx_http_idempotency_sql_text(
+    ngx_http_idempotency_shard_t *shard, ngx_log_t *log, const char *name,
+    ngx_uint_t kind);
 static u_char *ngx_http_idempotency_owned(u_char *p, u_char *key_hash,
     u_char *owner);
 static u_char *ngx_http_idempotency_hex(u_char *p, u_char *src, size_t len);
@@ -441,14 +444,11 @@ ngx_http_idempotency_sql_renew(ngx_http_idempotency_shard_t *shard,
     u_char                     *p;
     ngx_http_idempotency_op_t  *op;
 
-    op = ngx_http_idempotency_op_create(shard, log, 256
-                                        + shard->store->table.len);
+    op = ngx_http_idempotency_sql_text(shard, log, "renew",
+                                       NGX_HTTP_IDEMPOTENCY_OP_RENEW);
     if (op == NULL) {
         return NULL;
     }
-
-    op->name = "renew";
-    op->kind = NGX_HTTP_IDEMPOTENCY_OP_RENEW;
 
     p = ngx_sprintf(op->sql.data, "UPDATE `%V` SET lease_until = "
                     "UTC_TIMESTAMP(3) + INTERVAL %M000 MICROSECOND "
@@ -468,14 +468,11 @@ ngx_http_idempotency_sql_release(ngx_http_idempotency_shard_t *shard,
     u_char                     *p;
     ngx_http_idempotency_op_t  *op;
 
-    op = ngx_http_idempotency_op_create(shard, log, 256
-                                        + shard->store->table.len);
+    op = ngx_http_idempotency_sql_text(shard, log, "release",
+                                       NGX_HTTP_IDEMPOTENCY_OP_RELEASE);
     if (op == NULL) {
         return NULL;
     }
-
-    op->name = "release";
-    op->kind = NGX_HTTP_IDEMPOTENCY_OP_RELEASE;
 
     p = ngx_sprintf(op->sql.data, "DELETE FROM `%V` WHERE key_hash = ",
                     &shard->store->table);
@@ -578,14 +575,11 @@ ngx_http_idempotency_sql_purge(ngx_http_idempotency_shard_t *shard,
 {
     ngx_http_idempotency_op_t  *op;
 
-    op = ngx_http_idempotency_op_create(shard, log, 256
-                                        + shard->store->table.len);
+    op = ngx_http_idempotency_sql_text(shard, log, "purge",
+                                       NGX_HTTP_IDEMPOTENCY_OP_PURGE);
     if (op == NULL) {
         return NULL;
     }
-
-    op->name = "purge";
-    op->kind = NGX_HTTP_IDEMPOTENCY_OP_PURGE;
     op->sql.len = ngx_sprintf(op->sql.data,
                               "DELETE FROM `%V` "
                               "WHERE expires_at <= UTC_TIMESTAMP(3) "
@@ -594,6 +588,27 @@ ngx_http_idempotency_sql_purge(ngx_http_idempotency_shard_t *shard,
                               "ORDER BY expires_at LIMIT %ui",
                               &shard->store->table, batch)
                   - op->sql.data;
+
+    return op;
+}
+
+
+/* an op for a short statement sent as text, with room for it */
+
+static ngx_http_idempotency_op_t *
+ngx_http_idempotency_sql_text(ngx_http_idempotency_shard_t *shard,
+    ngx_log_t *log, const char *name, ngx_uint_t kind)
+{
+    ngx_http_idempotency_op_t  *op;
+
+    op = ngx_http_idempotency_op_create(shard, log, 256
+                                        + shard->store->table.len);
+    if (op == NULL) {
+        return NULL;
+    }
+
+    op->name = name;
+    op->kind = kind;
 
     return op;
 }
@@ -620,4 +635,36 @@ ngx_http_idempotency_hex(u_char *p, u_char *src, size_t len)
     *p++ = '\'';
 
     return p;
+}
+
+
+ngx_uint_t
+ngx_http_idempotency_field_is(ngx_str_t *f, u_char *data, size_t len)
+{
+    return f->data != NULL && f->len == len
+           && ngx_memcmp(f->data, data, len) == 0;
+}
+
+
+ngx_int_t
+ngx_http_idempotency_field_int(ngx_str_t *f)
+{
+    if (f->data == NULL || f->len == 0) {
+        return -1;
+    }
+
+    return ngx_atoi(f->data, f->len);
+}
+
+
+ngx_uint_t
+ngx_http_idempotency_sql_row_owned(ngx_http_idempotency_op_t *op,
+    u_char *token)
+{
+    return op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK
+           && op->nrows == 1
+           && op->nfields >= NGX_HTTP_IDEMPOTENCY_F_COUNT
+           && ngx_http_idempotency_field_is(
+                  &op->fields[NGX_HTTP_IDEMPOTENCY_F_OWNER], token,
+                  NGX_HTTP_IDEMPOTENCY_TOKEN_LEN);
 }

@@ -79,5 +79,14 @@ ngx_http_idempotency_op_t *ngx_http_idempotency_sql_complete(
     ngx_http_idempotency_shard_t *shard, ngx_log_t *log, u_char *key_hash,
     u_char *owner, ngx_uint_t status, ngx_str_t *record);
 
+/* a result field is these bytes; its number (-1: NULL or empty) */
+ngx_uint_t ngx_http_idempotency_field_is(ngx_str_t *f, u_char *data,
+    size_t len);
+ngx_int_t ngx_http_idempotency_field_int(ngx_str_t *f);
+
+/* a READ returned the key's row, and its owner is token */
+ngx_uint_t ngx_http_idempotency_sql_row_owned(ngx_http_idempotency_op_t *op,
+    u_char *token);
+
 
 #endif /* _NGX_HTTP_IDEMPOTENCY_SQL_H_INCLUDED_ */

@@ -9,6 +9,9 @@
  */
 
 
+#include <ngx_config.h>
+#include <ngx_core.h>
+
 #include <sys/un.h>
 
 #include "ngx_http_idempotency_store.h"
@@ -17,24 +20,28 @@
 #include "ngx_http_idempotency_purge.h"
 
 
-typedef struct ngx_http_idempotency_param_s  ngx_http_idempotency_param_t;
+typedef struct ngx_http_idempotency_store_param_s
+    ngx_http_idempotency_store_param_t;
 
 /*
  * NGX_CONF_OK; NGX_CONF_ERROR when the setter logged why; or
  * ngx_http_idempotency_invalid for "invalid parameter" (which names the
  * value only if it is not a secret)
  */
-typedef char *(*ngx_http_idempotency_param_pt)(ngx_conf_t *cf,
+typedef char *(*ngx_http_idempotency_store_param_pt)(ngx_conf_t *cf,
     ngx_http_idempotency_store_t *store, ngx_str_t *value,
-    ngx_http_idempotency_param_t *param);
+    ngx_http_idempotency_store_param_t *param);
 
-struct ngx_http_idempotency_param_s {
-    ngx_str_t                       name;
-    ngx_http_idempotency_param_pt   set;
-    size_t                          offset;   /* in the store */
-    ngx_int_t                       low;      /* bounds of a number, the */
-    ngx_int_t                       high;     /* least length of a string */
-    ngx_uint_t                      secret;   /* never echo the value */
+struct ngx_http_idempotency_store_param_s {
+    ngx_str_t                            name;
+    ngx_http_idempotency_store_param_pt  set;
+    size_t                               offset;  /* in the store */
+
+    /* the bounds of a number; for a string, low is its least length */
+    ngx_int_t                            low;
+    ngx_int_t                            high;
+
+    ngx_uint_t                           secret;  /* never echo the value */
 };
 
 
@@ -47,55 +54,55 @@ typedef struct {
 } ngx_http_idempotency_addr_t;
 
 
-static char *ngx_http_idempotency_set_mysql(ngx_conf_t *cf,
+static char *ngx_http_idempotency_param_mysql(ngx_conf_t *cf,
     ngx_http_idempotency_store_t *store, ngx_str_t *value,
-    ngx_http_idempotency_param_t *param);
-static char *ngx_http_idempotency_set_redis(ngx_conf_t *cf,
+    ngx_http_idempotency_store_param_t *param);
+static char *ngx_http_idempotency_param_redis(ngx_conf_t *cf,
     ngx_http_idempotency_store_t *store, ngx_str_t *value,
-    ngx_http_idempotency_param_t *param);
-static char *ngx_http_idempotency_set_str(ngx_conf_t *cf,
+    ngx_http_idempotency_store_param_t *param);
+static char *ngx_http_idempotency_param_str(ngx_conf_t *cf,
     ngx_http_idempotency_store_t *store, ngx_str_t *value,
-    ngx_http_idempotency_param_t *param);
-static char *ngx_http_idempotency_set_secret_file(ngx_conf_t *cf,
+    ngx_http_idempotency_store_param_t *param);
+static char *ngx_http_idempotency_param_secret_file(ngx_conf_t *cf,
     ngx_http_idempotency_store_t *store, ngx_str_t *value,
-    ngx_http_idempotency_param_t *param);
-static char *ngx_http_idempotency_set_table(ngx_conf_t *cf,
+    ngx_http_idempotency_store_param_t *param);
+static char *ngx_http_idempotency_param_table(ngx_conf_t *cf,
     ngx_http_idempotency_store_t *store, ngx_str_t *value,
-    ngx_http_idempotency_param_t *param);
-static char *ngx_http_idempotency_set_num(ngx_conf_t *cf,
+    ngx_http_idempotency_store_param_t *param);
+static char *ngx_http_idempotency_param_num(ngx_conf_t *cf,
     ngx_http_idempotency_store_t *store, ngx_str_t *value,
-    ngx_http_idempotency_param_t *param);
-static char *ngx_http_idempotency_set_msec(ngx_conf_t *cf,
+    ngx_http_idempotency_store_param_t *param);
+static char *ngx_http_idempotency_param_msec(ngx_conf_t *cf,
     ngx_http_idempotency_store_t *store, ngx_str_t *value,
-    ngx_http_idempotency_param_t *param);
-static char *ngx_http_idempotency_set_size(ngx_conf_t *cf,
+    ngx_http_idempotency_store_param_t *param);
+static char *ngx_http_idempotency_param_size(ngx_conf_t *cf,
     ngx_http_idempotency_store_t *store, ngx_str_t *value,
-    ngx_http_idempotency_param_t *param);
-static char *ngx_http_idempotency_set_purge(ngx_conf_t *cf,
+    ngx_http_idempotency_store_param_t *param);
+static char *ngx_http_idempotency_param_purge(ngx_conf_t *cf,
     ngx_http_idempotency_store_t *store, ngx_str_t *value,
-    ngx_http_idempotency_param_t *param);
-static char *ngx_http_idempotency_set_ssl(ngx_conf_t *cf,
+    ngx_http_idempotency_store_param_t *param);
+static char *ngx_http_idempotency_param_ssl(ngx_conf_t *cf,
     ngx_http_idempotency_store_t *store, ngx_str_t *value,
-    ngx_http_idempotency_param_t *param);
-static char *ngx_http_idempotency_set_ssl_file(ngx_conf_t *cf,
+    ngx_http_idempotency_store_param_t *param);
+static char *ngx_http_idempotency_param_ssl_file(ngx_conf_t *cf,
     ngx_http_idempotency_store_t *store, ngx_str_t *value,
-    ngx_http_idempotency_param_t *param);
-static char *ngx_http_idempotency_set_secret(ngx_conf_t *cf,
+    ngx_http_idempotency_store_param_t *param);
+static char *ngx_http_idempotency_param_secret(ngx_conf_t *cf,
     ngx_http_idempotency_store_t *store, ngx_str_t *value,
-    ngx_http_idempotency_param_t *param);
-static char *ngx_http_idempotency_set_secret_key_file(ngx_conf_t *cf,
+    ngx_http_idempotency_store_param_t *param);
+static char *ngx_http_idempotency_param_secret_key_file(ngx_conf_t *cf,
     ngx_http_idempotency_store_t *store, ngx_str_t *value,
-    ngx_http_idempotency_param_t *param);
-static char *ngx_http_idempotency_set_cache(ngx_conf_t *cf,
+    ngx_http_idempotency_store_param_t *param);
+static char *ngx_http_idempotency_param_cache(ngx_conf_t *cf,
     ngx_http_idempotency_store_t *store, ngx_str_t *value,
-    ngx_http_idempotency_param_t *param);
+    ngx_http_idempotency_store_param_t *param);
 
 static char *ngx_http_idempotency_store_check(ngx_conf_t *cf,
     ngx_http_idempotency_store_t *store);
 static ngx_int_t ngx_http_idempotency_add_secret(ngx_conf_t *cf,
     ngx_http_idempotency_store_t *store, ngx_str_t *secret);
 static ngx_int_t ngx_http_idempotency_parse_server(ngx_conf_t *cf,
-    ngx_http_idempotency_param_t *param, ngx_str_t *value,
+    ngx_http_idempotency_store_param_t *param, ngx_str_t *value,
     in_port_t default_port, ngx_uint_t ipv4_only,
     ngx_http_idempotency_addr_t *addr);
 static ngx_int_t ngx_http_idempotency_read_secret(ngx_conf_t *cf,
@@ -112,86 +119,87 @@ static ngx_int_t ngx_http_idempotency_cstr(ngx_pool_t *pool, ngx_str_t *s);
 static char  ngx_http_idempotency_invalid[] = "invalid";
 
 
-static ngx_http_idempotency_param_t  ngx_http_idempotency_store_params[] = {
+static ngx_http_idempotency_store_param_t
+    ngx_http_idempotency_store_params[] = {
 
-    { ngx_string("mysql"), ngx_http_idempotency_set_mysql, 0, 0, 0, 0 },
+    { ngx_string("mysql"), ngx_http_idempotency_param_mysql, 0, 0, 0, 0 },
 
-    { ngx_string("user"), ngx_http_idempotency_set_str,
+    { ngx_string("user"), ngx_http_idempotency_param_str,
       offsetof(ngx_http_idempotency_store_t, user), 0, 0, 0 },
 
-    { ngx_string("password"), ngx_http_idempotency_set_str,
+    { ngx_string("password"), ngx_http_idempotency_param_str,
       offsetof(ngx_http_idempotency_store_t, password), 0, 0, 1 },
 
     /* secrets from files, so that "nginx -T" does not print them */
 
-    { ngx_string("password_file"), ngx_http_idempotency_set_secret_file,
+    { ngx_string("password_file"), ngx_http_idempotency_param_secret_file,
       offsetof(ngx_http_idempotency_store_t, password), 0, 0, 0 },
 
-    { ngx_string("database"), ngx_http_idempotency_set_str,
+    { ngx_string("database"), ngx_http_idempotency_param_str,
       offsetof(ngx_http_idempotency_store_t, database), 0, 0, 0 },
 
-    { ngx_string("table"), ngx_http_idempotency_set_table,
+    { ngx_string("table"), ngx_http_idempotency_param_table,
       offsetof(ngx_http_idempotency_store_t, table), 1, 64, 0 },
 
-    { ngx_string("pool"), ngx_http_idempotency_set_num,
+    { ngx_string("pool"), ngx_http_idempotency_param_num,
       offsetof(ngx_http_idempotency_store_t, pool_size), 1, 65535, 0 },
 
-    { ngx_string("wait_queue"), ngx_http_idempotency_set_num,
+    { ngx_string("wait_queue"), ngx_http_idempotency_param_num,
       offsetof(ngx_http_idempotency_store_t, wait_queue), 0, 65535, 0 },
 
-    { ngx_string("connect_timeout"), ngx_http_idempotency_set_msec,
+    { ngx_string("connect_timeout"), ngx_http_idempotency_param_msec,
       offsetof(ngx_http_idempotency_store_t, connect_timeout), 1,
       NGX_HTTP_IDEMPOTENCY_NO_LIMIT, 0 },
 
-    { ngx_string("query_timeout"), ngx_http_idempotency_set_msec,
+    { ngx_string("query_timeout"), ngx_http_idempotency_param_msec,
       offsetof(ngx_http_idempotency_store_t, query_timeout), 1,
       NGX_HTTP_IDEMPOTENCY_NO_LIMIT, 0 },
 
-    { ngx_string("purge"), ngx_http_idempotency_set_purge,
+    { ngx_string("purge"), ngx_http_idempotency_param_purge,
       offsetof(ngx_http_idempotency_store_t, purge), 1000,
       NGX_HTTP_IDEMPOTENCY_NO_LIMIT, 0 },
 
-    { ngx_string("purge_batch"), ngx_http_idempotency_set_num,
+    { ngx_string("purge_batch"), ngx_http_idempotency_param_num,
       offsetof(ngx_http_idempotency_store_t, purge_batch), 1, 100000, 0 },
 
-    { ngx_string("ssl"), ngx_http_idempotency_set_ssl, 0, 0, 0, 0 },
+    { ngx_string("ssl"), ngx_http_idempotency_param_ssl, 0, 0, 0, 0 },
 
-    { ngx_string("ssl_ca"), ngx_http_idempotency_set_ssl_file,
+    { ngx_string("ssl_ca"), ngx_http_idempotency_param_ssl_file,
       offsetof(ngx_http_idempotency_store_t, ssl_ca), 0, 0, 0 },
 
-    { ngx_string("ssl_cert"), ngx_http_idempotency_set_ssl_file,
+    { ngx_string("ssl_cert"), ngx_http_idempotency_param_ssl_file,
       offsetof(ngx_http_idempotency_store_t, ssl_cert), 0, 0, 0 },
 
-    { ngx_string("ssl_key"), ngx_http_idempotency_set_ssl_file,
+    { ngx_string("ssl_key"), ngx_http_idempotency_param_ssl_file,
       offsetof(ngx_http_idempotency_store_t, ssl_key), 0, 0, 0 },
 
-    { ngx_string("redis"), ngx_http_idempotency_set_redis, 0, 0, 0, 0 },
+    { ngx_string("redis"), ngx_http_idempotency_param_redis, 0, 0, 0, 0 },
 
-    { ngx_string("redis_password"), ngx_http_idempotency_set_str,
+    { ngx_string("redis_password"), ngx_http_idempotency_param_str,
       offsetof(ngx_http_idempotency_store_t, redis_password), 1, 0, 1 },
 
-    { ngx_string("redis_password_file"), ngx_http_idempotency_set_secret_file,
+    { ngx_string("redis_password_file"), ngx_http_idempotency_param_secret_file,
       offsetof(ngx_http_idempotency_store_t, redis_password), 0, 0, 0 },
 
-    { ngx_string("redis_db"), ngx_http_idempotency_set_num,
+    { ngx_string("redis_db"), ngx_http_idempotency_param_num,
       offsetof(ngx_http_idempotency_store_t, redis_db), 0, 65535, 0 },
 
-    { ngx_string("redis_timeout"), ngx_http_idempotency_set_msec,
+    { ngx_string("redis_timeout"), ngx_http_idempotency_param_msec,
       offsetof(ngx_http_idempotency_store_t, redis_timeout), 1,
       NGX_HTTP_IDEMPOTENCY_NO_LIMIT, 0 },
 
-    { ngx_string("redis_max_entry"), ngx_http_idempotency_set_size,
+    { ngx_string("redis_max_entry"), ngx_http_idempotency_param_size,
       offsetof(ngx_http_idempotency_store_t, redis_max_entry), 1024,
       512 * 1024 * 1024, 0 },
 
     /* the first secret signs, the others are still accepted */
 
-    { ngx_string("secret"), ngx_http_idempotency_set_secret, 0, 0, 0, 1 },
+    { ngx_string("secret"), ngx_http_idempotency_param_secret, 0, 0, 0, 1 },
 
-    { ngx_string("secret_file"), ngx_http_idempotency_set_secret_key_file,
+    { ngx_string("secret_file"), ngx_http_idempotency_param_secret_key_file,
       0, 0, 0, 0 },
 
-    { ngx_string("cache"), ngx_http_idempotency_set_cache, 0, 0, 0, 0 },
+    { ngx_string("cache"), ngx_http_idempotency_param_cache, 0, 0, 0, 0 },
 
     { ngx_null_string, NULL, 0, 0, 0, 0 }
 };
@@ -205,7 +213,7 @@ ngx_http_idempotency_store_block(ngx_conf_t *cf, ngx_command_t *cmd,
     char                          *rv;
     ngx_str_t                     *value, name, v;
     ngx_uint_t                     i;
-    ngx_http_idempotency_param_t  *param;
+    ngx_http_idempotency_store_param_t  *param;
     ngx_http_idempotency_store_t  *store;
 
     value = cf->args->elts;
@@ -434,9 +442,9 @@ ngx_http_idempotency_find_store(ngx_conf_t *cf, ngx_str_t *name)
 /* mysql=ADDR, one per shard */
 
 static char *
-ngx_http_idempotency_set_mysql(ngx_conf_t *cf,
+ngx_http_idempotency_param_mysql(ngx_conf_t *cf,
     ngx_http_idempotency_store_t *store, ngx_str_t *value,
-    ngx_http_idempotency_param_t *param)
+    ngx_http_idempotency_store_param_t *param)
 {
     ngx_http_idempotency_addr_t    addr;
     ngx_http_idempotency_shard_t  *shard;
@@ -466,9 +474,9 @@ ngx_http_idempotency_set_mysql(ngx_conf_t *cf,
 
 
 static char *
-ngx_http_idempotency_set_redis(ngx_conf_t *cf,
+ngx_http_idempotency_param_redis(ngx_conf_t *cf,
     ngx_http_idempotency_store_t *store, ngx_str_t *value,
-    ngx_http_idempotency_param_t *param)
+    ngx_http_idempotency_store_param_t *param)
 {
     ngx_http_idempotency_addr_t  addr;
 
@@ -494,9 +502,9 @@ ngx_http_idempotency_set_redis(ngx_conf_t *cf,
 /* a string of at least "low" bytes */
 
 static char *
-ngx_http_idempotency_set_str(ngx_conf_t *cf,
+ngx_http_idempotency_param_str(ngx_conf_t *cf,
     ngx_http_idempotency_store_t *store, ngx_str_t *value,
-    ngx_http_idempotency_param_t *param)
+    ngx_http_idempotency_store_param_t *param)
 {
     if (value->len < (size_t) param->low) {
         return ngx_http_idempotency_invalid;
@@ -509,9 +517,9 @@ ngx_http_idempotency_set_str(ngx_conf_t *cf,
 
 
 static char *
-ngx_http_idempotency_set_secret_file(ngx_conf_t *cf,
+ngx_http_idempotency_param_secret_file(ngx_conf_t *cf,
     ngx_http_idempotency_store_t *store, ngx_str_t *value,
-    ngx_http_idempotency_param_t *param)
+    ngx_http_idempotency_store_param_t *param)
 {
     if (ngx_http_idempotency_read_secret(cf, value,
                             ngx_http_idempotency_field(store, param, ngx_str_t))
@@ -527,9 +535,9 @@ ngx_http_idempotency_set_secret_file(ngx_conf_t *cf,
 /* a table name goes into SQL text: [A-Za-z0-9_] only */
 
 static char *
-ngx_http_idempotency_set_table(ngx_conf_t *cf,
+ngx_http_idempotency_param_table(ngx_conf_t *cf,
     ngx_http_idempotency_store_t *store, ngx_str_t *value,
-    ngx_http_idempotency_param_t *param)
+    ngx_http_idempotency_store_param_t *param)
 {
     u_char  c, *p;
 
@@ -555,9 +563,9 @@ ngx_http_idempotency_set_table(ngx_conf_t *cf,
 
 
 static char *
-ngx_http_idempotency_set_num(ngx_conf_t *cf,
+ngx_http_idempotency_param_num(ngx_conf_t *cf,
     ngx_http_idempotency_store_t *store, ngx_str_t *value,
-    ngx_http_idempotency_param_t *param)
+    ngx_http_idempotency_store_param_t *param)
 {
     ngx_int_t  n;
 
@@ -574,9 +582,9 @@ ngx_http_idempotency_set_num(ngx_conf_t *cf,
 
 
 static char *
-ngx_http_idempotency_set_msec(ngx_conf_t *cf,
+ngx_http_idempotency_param_msec(ngx_conf_t *cf,
     ngx_http_idempotency_store_t *store, ngx_str_t *value,
-    ngx_http_idempotency_param_t *param)
+    ngx_http_idempotency_store_param_t *param)
 {
     ngx_int_t  n;
 
@@ -593,9 +601,9 @@ ngx_http_idempotency_set_msec(ngx_conf_t *cf,
 
 
 static char *
-ngx_http_idempotency_set_size(ngx_conf_t *cf,
+ngx_http_idempotency_param_size(ngx_conf_t *cf,
     ngx_http_idempotency_store_t *store, ngx_str_t *value,
-    ngx_http_idempotency_param_t *param)
+    ngx_http_idempotency_store_param_t *param)
 {
     ssize_t  n;
 
@@ -614,23 +622,23 @@ ngx_http_idempotency_set_size(ngx_conf_t *cf,
 /* purge=TIME or off */
 
 static char *
-ngx_http_idempotency_set_purge(ngx_conf_t *cf,
+ngx_http_idempotency_param_purge(ngx_conf_t *cf,
     ngx_http_idempotency_store_t *store, ngx_str_t *value,
-    ngx_http_idempotency_param_t *param)
+    ngx_http_idempotency_store_param_t *param)
 {
     if (value->len == 3 && ngx_strncmp(value->data, "off", 3) == 0) {
         store->purge = 0;
         return NGX_CONF_OK;
     }
 
-    return ngx_http_idempotency_set_msec(cf, store, value, param);
+    return ngx_http_idempotency_param_msec(cf, store, value, param);
 }
 
 
 static char *
-ngx_http_idempotency_set_ssl(ngx_conf_t *cf,
+ngx_http_idempotency_param_ssl(ngx_conf_t *cf,
     ngx_http_idempotency_store_t *store, ngx_str_t *value,
-    ngx_http_idempotency_param_t *param)
+    ngx_http_idempotency_store_param_t *param)
 {
     ngx_uint_t  i;
 
@@ -660,9 +668,9 @@ ngx_http_idempotency_set_ssl(ngx_conf_t *cf,
  */
 
 static char *
-ngx_http_idempotency_set_ssl_file(ngx_conf_t *cf,
+ngx_http_idempotency_param_ssl_file(ngx_conf_t *cf,
     ngx_http_idempotency_store_t *store, ngx_str_t *value,
-    ngx_http_idempotency_param_t *param)
+    ngx_http_idempotency_store_param_t *param)
 {
     ngx_fd_t          fd;
     ngx_str_t        *file;
@@ -710,9 +718,9 @@ ngx_http_idempotency_set_ssl_file(ngx_conf_t *cf,
 /* secret=S; secret_file=F, the first line of F */
 
 static char *
-ngx_http_idempotency_set_secret(ngx_conf_t *cf,
+ngx_http_idempotency_param_secret(ngx_conf_t *cf,
     ngx_http_idempotency_store_t *store, ngx_str_t *value,
-    ngx_http_idempotency_param_t *param)
+    ngx_http_idempotency_store_param_t *param)
 {
     return ngx_http_idempotency_add_secret(cf, store, value) == NGX_OK
            ? NGX_CONF_OK : NGX_CONF_ERROR;
@@ -720,9 +728,9 @@ ngx_http_idempotency_set_secret(ngx_conf_t *cf,
 
 
 static char *
-ngx_http_idempotency_set_secret_key_file(ngx_conf_t *cf,
+ngx_http_idempotency_param_secret_key_file(ngx_conf_t *cf,
     ngx_http_idempotency_store_t *store, ngx_str_t *value,
-    ngx_http_idempotency_param_t *param)
+    ngx_http_idempotency_store_param_t *param)
 {
     ngx_str_t  secret;
 
@@ -737,9 +745,9 @@ ngx_http_idempotency_set_secret_key_file(ngx_conf_t *cf,
 
 
 static char *
-ngx_http_idempotency_set_cache(ngx_conf_t *cf,
+ngx_http_idempotency_param_cache(ngx_conf_t *cf,
     ngx_http_idempotency_store_t *store, ngx_str_t *value,
-    ngx_http_idempotency_param_t *param)
+    ngx_http_idempotency_store_param_t *param)
 {
     if (store->cache) {
         return ngx_http_idempotency_invalid;
@@ -762,7 +770,7 @@ ngx_http_idempotency_set_cache(ngx_conf_t *cf,
 
 static ngx_int_t
 ngx_http_idempotency_parse_server(ngx_conf_t *cf,
-    ngx_http_idempotency_param_t *param, ngx_str_t *value,
+    ngx_http_idempotency_store_param_t *param, ngx_str_t *value,
     in_port_t default_port, ngx_uint_t ipv4_only,
     ngx_http_idempotency_addr_t *addr)
 {

@@ -111,7 +111,7 @@ ngx_http_idempotency_tier_shm(ngx_http_idempotency_ctx_t *ctx,
         goto miss;
     }
 
-    ngx_http_idempotency_keep_replay(ctx, pool);
+    ngx_http_idempotency_replay_pool(ctx, pool);
     ctx->tier = NGX_HTTP_IDEMPOTENCY_TIER_SHM;
 
     ngx_http_idempotency_count(counters, shm_hits);
@@ -138,13 +138,11 @@ static void
 ngx_http_idempotency_tier_redis_done(ngx_http_idempotency_redis_op_t *op)
 {
     ngx_int_t                         rc;
-    ngx_http_request_t               *r;
     ngx_http_idempotency_ctx_t       *ctx;
     ngx_http_idempotency_store_t     *store;
     ngx_http_idempotency_counters_t  *counters;
 
     ctx = op->data;
-    r = ctx->request;
     store = ctx->conf->store;
     counters = ngx_http_idempotency_counters(store);
 
@@ -164,7 +162,7 @@ ngx_http_idempotency_tier_redis_done(ngx_http_idempotency_redis_op_t *op)
         }
 
         if (op->value.data == NULL) {
-            ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+            ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
                            "idempotency: key \"%V\" not in redis",
                            &ctx->key);
 
@@ -193,7 +191,7 @@ ngx_http_idempotency_tier_redis_done(ngx_http_idempotency_redis_op_t *op)
 
         /* the outage itself is logged once, by the Redis client */
 
-        ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+        ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
                        "idempotency: redis lookup of key \"%V\" failed (%ui)",
                        &ctx->key, op->rc);
 
@@ -213,10 +211,8 @@ ngx_http_idempotency_tier_redis_entry(ngx_http_idempotency_ctx_t *ctx,
     time_t                         now, expires;
     ngx_int_t                      rc;
     const char                    *why;
-    ngx_http_request_t            *r;
     ngx_http_idempotency_store_t  *store;
 
-    r = ctx->request;
     store = ctx->conf->store;
 
     /*
@@ -290,12 +286,12 @@ ngx_http_idempotency_tier_redis_entry(ngx_http_idempotency_ctx_t *ctx,
                                        op->value.data, len);
     }
 
-    ngx_http_idempotency_keep_replay(ctx,
+    ngx_http_idempotency_replay_pool(ctx,
                                      ngx_http_idempotency_redis_take_pool(op));
 
     ctx->tier = NGX_HTTP_IDEMPOTENCY_TIER_REDIS;
 
-    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
                    "idempotency: key \"%V\" found in redis", &ctx->key);
 
     return NGX_OK;

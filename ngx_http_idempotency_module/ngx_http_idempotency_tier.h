@@ -13,7 +13,7 @@
 #define _NGX_HTTP_IDEMPOTENCY_TIER_H_INCLUDED_
 
 
-#include "ngx_http_idempotency_handler.h"
+#include "ngx_http_idempotency_ctx.h"
 
 
 /* ctx->tier: where the verdict came from; $idempotency_tier */
@@ -24,7 +24,7 @@
 
 /*
  * NGX_OK: the cache zone has a usable entry (ctx->entry, its memory kept
- * with ngx_http_idempotency_keep_replay()); NGX_AGAIN: Redis is being
+ * with ngx_http_idempotency_replay_pool()); NGX_AGAIN: Redis is being
  * asked, and next() is called with NGX_OK (a hit) or NGX_DECLINED;
  * NGX_DECLINED: no tier has the key, ask MySQL.
  */

@@ -44,11 +44,10 @@ our $BACKEND_PORT = $ENV{TEST_NGINX_BACKEND_PORT} || 8091;
 
 # where instances live and which ports they take; a second copy of these
 # tests (a developer's run beside `make test`) needs other values: the
-# ports follow the Test::Nginx port (19000 for 1984, 29000 for 2984)
+# ports follow the Test::Nginx port (19000 for 1984, 20000 for 2984)
 our $DIR = $ENV{IDEM_STRESS_DIR} || "$BUILD/stress";
 our $PORT_BASE = $ENV{IDEM_STRESS_PORT_BASE}
-    || 19000 + 10 * (($ENV{TEST_NGINX_SERVER_PORT} || $ENV{TEST_NGINX_PORT}
-                      || 1984) - 1984);
+    || 19000 + (($ENV{TEST_NGINX_PORT} || 1984) - 1984);
 
 sub port { return $PORT_BASE + $_[0] }
 
