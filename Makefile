@@ -8,6 +8,10 @@
 #   make run          demo on http://127.0.0.1:8080 (make stop to end it)
 #   make NGINX_SRC=/path/to/nginx-x.y.z
 #                     build against an upstream nginx source tree instead
+#                     (NGINX_OBJ=, MODULE_SO=: where; make nginx-bin: its
+#                     nginx binary too)
+#   make test-matrix  the suite against every supported nginx version,
+#                     each built from source (scripts/matrix.sh)
 #   make deb          the Debian package libnginx-mod-http-idempotency in
 #                     build/deb/ (make test-deb tries it in the system nginx)
 
@@ -20,7 +24,9 @@ MAKEFLAGS += --no-print-directory
 
 MODULE      := ngx_http_idempotency_module
 BUILD       := $(CURDIR)/build
-SO          := build/$(MODULE).so
+# where the module is copied once built (make test loads this one)
+MODULE_SO   ?= build/$(MODULE).so
+SO          := $(MODULE_SO)
 SRCS        := $(wildcard $(MODULE)/*.c $(MODULE)/*.h)
 
 NGINX_BIN   ?= /usr/sbin/nginx
@@ -53,13 +59,16 @@ ifeq ($(strip $(NGINX_SRC)),)
               $(shell cat $(NGINX_DEV)/conf_flags 2>/dev/null | cksum)
 else
   NGINX_SRC_ABS := $(abspath $(NGINX_SRC))
-  OBJ      := build/nginx-obj-custom
+  # the build directory of an NGINX_SRC build (one per tree and flags)
+  NGINX_OBJ ?= build/nginx-obj-custom
+  OBJ      := $(NGINX_OBJ)
   CONF_SIG := custom $(NGINX_SRC_ABS) $(CUSTOM_CONF_FLAGS)
 endif
 
 .PHONY: all build deps services services-stop run stop test test-valgrind \
         stress stress-short dashboard bench bench-shards test-galera fuzz \
-        test-asan deb test-deb clean distclean help bench-sqlcost FORCE
+        test-asan deb test-deb clean distclean help bench-sqlcost FORCE \
+        nginx-bin test-matrix
 
 all: build  ## build the module (the default)
 
@@ -76,14 +85,16 @@ $(OBJ)/.sig: FORCE
 	@mkdir -p $(OBJ)
 	@echo '$(CONF_SIG)' | cmp -s - $@ || echo '$(CONF_SIG)' > $@
 
-build/.so-sig: FORCE
-	@mkdir -p build
+SO_SIG := $(dir $(SO)).so-sig
+
+$(SO_SIG): FORCE
+	@mkdir -p $(dir $(SO))
 	@echo '$(OBJ) $(CONF_SIG)' | cmp -s - $@ || echo '$(OBJ) $(CONF_SIG)' > $@
 
-$(SO): $(OBJ)/.configured $(SRCS) build/.so-sig
+$(SO): $(OBJ)/.configured $(SRCS) $(SO_SIG)
 	@echo "make modules ($(OBJ))"
 	@$(MAKE) -C $(if $(NGINX_SRC),$(NGINX_SRC_ABS),build/nginx-src) \
-	    -f $(CURDIR)/$(OBJ)/Makefile modules
+	    -f $(abspath $(OBJ))/Makefile modules
 	@cp $(OBJ)/$(MODULE).so $@.tmp && mv -f $@.tmp $@
 	@echo "built $@"
 
@@ -119,12 +130,17 @@ $(OBJ)/.configured: config $(OBJ)/.sig
 	@cd $(NGINX_SRC_ABS) && \
 	  if [ -x ./configure ]; then cf=./configure; else cf=./auto/configure; fi && \
 	  $$cf --with-compat $(CUSTOM_CONF_FLAGS) \
-	    --add-dynamic-module=$(CURDIR) --builddir=$(BUILD)/nginx-obj-custom \
-	    > $(BUILD)/nginx-obj-custom/configure.log 2>&1 \
-	  || { tail -n 30 $(BUILD)/nginx-obj-custom/configure.log >&2; \
+	    --add-dynamic-module=$(CURDIR) --builddir=$(abspath $(OBJ)) \
+	    > $(abspath $(OBJ))/configure.log 2>&1 \
+	  || { tail -n 30 $(abspath $(OBJ))/configure.log >&2; \
 	       echo "error: configure failed (see $(OBJ)/configure.log)" >&2; \
 	       exit 1; }
 	@touch $@
+
+# the nginx binary of that tree, configured as the module is
+nginx-bin: $(OBJ)/.configured  ## with NGINX_SRC: that tree's nginx binary too, in NGINX_OBJ
+	@echo "make binary ($(OBJ))"
+	@$(MAKE) -C $(NGINX_SRC_ABS) -f $(abspath $(OBJ))/Makefile binary
 
 endif
 
@@ -175,7 +191,7 @@ stop:  ## stop everything make run started
 
 TEST_ENV = \
     TEST_NGINX_BINARY=$(NGINX_BIN) \
-    TEST_NGINX_LOAD_MODULES=$(BUILD)/$(MODULE).so \
+    TEST_NGINX_LOAD_MODULES=$(abspath $(SO)) \
     TEST_NGINX_SERVROOT=$(CURDIR)/t/servroot \
     TEST_NGINX_PORT=$(TEST_NGINX_PORT) \
     TEST_NGINX_MYSQL_HOST=127.0.0.1 \
@@ -200,6 +216,20 @@ test: deps build services  ## the whole suite (TEST_FILES=, PROVE_FLAGS=), with 
 
 test-valgrind: deps build services  ## the suite with nginx under valgrind
 	@env $(TEST_ENV) TEST_NGINX_USE_VALGRIND=1 scripts/run-tests.sh $(TEST_FILES)
+
+# the version matrix (scripts/matrix.sh, not part of `make test`): nginx
+# and the module built from source for each supported version, in
+# build/matrix/<version>/, and the whole suite against each; the table
+# goes to build/matrix/summary.md.  MATRIX_VERSIONS='1.30.4 1.31.4' runs
+# some; the ports and TEST_FILES apply to every run.
+MATRIX_VERSIONS ?=
+
+test-matrix: deps services  ## the suite against every supported nginx version
+	@env MYSQL_PORT=$(MYSQL_PORT) MYSQL2_PORT=$(MYSQL2_PORT) \
+	    REDIS_PORT=$(REDIS_PORT) TEST_BACKEND_PORT=$(TEST_BACKEND_PORT) \
+	    TEST_FCGI_PORT=$(TEST_FCGI_PORT) TEST_NGINX_PORT=$(TEST_NGINX_PORT) \
+	    TEST_FILES='$(TEST_FILES)' PROVE_FLAGS='$(PROVE_FLAGS)' \
+	    scripts/matrix.sh $(MATRIX_VERSIONS)
 
 # race and fault harness (t/stress/): `make test` runs the short races;
 # `make stress` runs the long one (more than 10 000 racing duplicates) and
@@ -291,7 +321,7 @@ test-deb: deps deb services  ## install the .deb into the system nginx, claim + 
 
 clean:  ## remove the module build
 	rm -rf build/nginx-obj build/nginx-obj-custom build/*.so build/*.so.tmp \
-	       build/.so-sig
+	       build/.so-sig build/matrix/*/obj build/matrix/*/*.so
 
 distclean:  ## stop everything and remove build/ and t/servroot*
 	-@scripts/nginx.sh stop $(RUN)

@@ -159,8 +159,13 @@ Content-Length: 3
 
 === TEST 10: a backend mocked by tcp_listen
 --- config eval
+# the request line and headers set here, not left to nginx's defaults
+# (HTTP/1.1 and no Connection header from 1.29.7 on)
 "    location /t {
         proxy_pass http://127.0.0.1:$::MOCK;
+        proxy_http_version 1.0;
+        proxy_set_header Host \$proxy_host;
+        proxy_set_header Connection close;
     }
 "
 --- request

@@ -67,8 +67,9 @@ Idempotency-Key: t080-1
 
 === TEST 3: HTTP/2: first request and a byte-identical replay
 --- http_config eval
-IdemTest::store_config() . "server {\n listen 127.0.0.1:" . (IdemTest::port() + 1) . " http2;\n"
-. IdemTest::orders_location() . "}\n"
+IdemTest::store_config() . "server {\n    "
+. IdemStress::listen_http2('127.0.0.1:' . (IdemTest::port() + 1), '    ')
+. "\n" . IdemTest::orders_location() . "}\n"
 --- init
 my $port = port() + 1;
 my $o1 = `curl -s --http2-prior-knowledge -X POST -H 'Idempotency-Key: t080-3' --data-binary x -D - http://127.0.0.1:$port/orders`;

@@ -47,7 +47,7 @@ $ngx = IdemStress::Nginx->start(name => 'gone', port => $P,
 
     server {
         listen 127.0.0.1:$P;
-        listen 127.0.0.1:$H2 http2;
+        @{[ IdemStress::listen_http2("127.0.0.1:$H2", ' ' x 8) ]}
 
         add_header X-Idem \$idempotency_status always;
         idempotency_max_response_size 8m;

@@ -103,6 +103,28 @@ sub key_id {
     return substr(key_hash_hex($key, $scope), 0, 8);
 }
 
+# the version of the nginx under test ($NGINX -v) as one number: 1.25.1
+# is 1025001
+my $NGINX_VERSION;
+
+sub nginx_version {
+    return $NGINX_VERSION if defined $NGINX_VERSION;
+    my $v = `'$NGINX' -v 2>&1`;
+    die "cannot tell the version of $NGINX: $v\n"
+        unless $v =~ m{nginx/(\d+)\.(\d+)\.(\d+)};
+    return $NGINX_VERSION = $1 * 1000000 + $2 * 1000 + $3;
+}
+
+# a listen directive for HTTP/2 on $addr, as the version under test
+# accepts it: "listen ... http2" before 1.25.1, "http2 on" from it (the
+# listen parameter is deprecated there); $indent goes before a 2nd line
+sub listen_http2 {
+    my ($addr, $indent) = @_;
+    return nginx_version() >= 1025001
+           ? "listen $addr;\n" . ($indent // '') . "http2 on;"
+           : "listen $addr http2;";
+}
+
 # the value of a sample in Prometheus' text format (idempotency_metrics),
 # by name and some of its labels; undef if none matches
 sub metric {
