@@ -1,3 +1,6 @@
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+#
 # ngx_http_idempotency_module: build, demo and tests (GNU make, Debian 12).
 #
 #   make              build build/ngx_http_idempotency_module.so against the
@@ -331,7 +334,7 @@ distclean:  ## stop everything and remove build/ and t/servroot*
 	rm -rf build t/servroot*
 
 help:  ## this list, made from the Makefile's own ## comments
-	@sed -n '1,/^$$/p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '/^# ngx_http_idempotency_module:/,/^$$/p' Makefile | sed 's/^# \{0,1\}//'
 	@echo "targets:"
 	@grep -E '^[a-z-]+:.*## ' Makefile \
 	  | sed -E 's/^([a-z-]+):[^#]*## (.*)/  \1\t\2/' | expand -t 18

@@ -1,4 +1,7 @@
 #!/usr/bin/env python3
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+
 """Demo and test backend for ngx_http_idempotency_module (stdlib only).
 
     python3 backend/app.py --port 8081 [--host 127.0.0.1] [--fcgi-port N]

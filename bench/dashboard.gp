@@ -1,3 +1,6 @@
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+#
 # docs/operations.png from bench/dashboard.pl's series: four panels of
 # what a dashboard shows during `make stress`.
 #   gnuplot -e "datafile='...'; outfile='...'" bench/dashboard.gp

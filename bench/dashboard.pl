@@ -1,4 +1,7 @@
 #!/usr/bin/env perl
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+#
 # docs/operations.png: what a dashboard of the module's metrics shows
 # during `make stress`.  Scrapes /metrics of the two race nginx of
 # t/100-races.t every 0.5 s while the long run goes, then turns the

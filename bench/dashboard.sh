@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+#
 # `make dashboard`: runs the long race (make stress) while
 # bench/dashboard.pl scrapes both nginx's /metrics, then plots
 # docs/operations.png.  Needs gnuplot (bench/setup.sh installs it).

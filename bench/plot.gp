@@ -1,3 +1,6 @@
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+#
 # docs/benchmarks.png: median requests/s per system and workload, with the
 # lowest and highest round as error bars.  bench/report.py writes the data
 # file and calls:  gnuplot -e "datafile='...'; outfile='...'" bench/plot.gp

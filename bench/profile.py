@@ -1,4 +1,7 @@
 #!/usr/bin/env python3
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+
 """Instruction counts per request of the module's hot paths, under
 callgrind (deterministic, so before/after comparisons survive a noisy
 machine).  Used for the "Profile" section of docs/benchmarks.md.

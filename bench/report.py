@@ -1,3 +1,6 @@
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+
 """docs/benchmarks.md and docs/benchmarks.png from build/bench/results/.
 
 Called by bench/run.py at the end of a run, or alone with

@@ -1,4 +1,7 @@
 #!/usr/bin/env python3
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+
 """Driver of `make bench` (python3 stdlib only).  See bench/run.sh for
 the environment variables and docs/benchmarks.md for what is measured."""
 

@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+#
 # `make bench`: the benchmark driver (see docs/benchmarks.md).
 #
 #   bench/run.sh            all rounds, the burst and RSS runs, then

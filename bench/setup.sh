@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+#
 # Prerequisites of `make bench`: wrk and gnuplot (Debian packages, installed
 # when missing) and the peers' npm packages in bench/node (npm ci from the
 # committed package-lock.json).

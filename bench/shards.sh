@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+#
 # First-request throughput with one vs two MySQL shards, and the table's
 # size per stored key (docs/scale-out.md).  Run on demand:
 #

@@ -1,5 +1,10 @@
 
 /*
+ * Copyright (C) 2026 The ngx_http_idempotency_module authors
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+
+/*
  * bench/sqlcost.c: mariadbd CPU per request of the module's statements.
  *
  * Runs the statements the module sends, from THREADS blocking clients,

@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+#
 # Build the libFuzzer targets into build/fuzz/ (clang, -fsanitize=fuzzer,
 # address,undefined).  TEST-ONLY tooling, not part of the module.
 #

@@ -1,5 +1,10 @@
 
 /*
+ * Copyright (C) 2026 The ngx_http_idempotency_module authors
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+
+/*
  * libFuzzer target: the replay tier entry decoder
  * ngx_http_idempotency_entry_parse() on arbitrary bytes: what a Redis
  * that somebody else can write to may hand back.  TEST-ONLY.

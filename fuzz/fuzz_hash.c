@@ -1,5 +1,10 @@
 
 /*
+ * Copyright (C) 2026 The ngx_http_idempotency_module authors
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+
+/*
  * libFuzzer target: the lookup hash ngx_http_idempotency_key_hash() and
  * the request fingerprint ngx_http_idempotency_fingerprint().  TEST-ONLY.
  *

@@ -1,5 +1,10 @@
 
 /*
+ * Copyright (C) 2026 The ngx_http_idempotency_module authors
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+
+/*
  * libFuzzer target: ngx_http_idempotency_parse_key() on a raw header
  * value (the input).  TEST-ONLY.
  *

@@ -1,5 +1,10 @@
 
 /*
+ * Copyright (C) 2026 The ngx_http_idempotency_module authors
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+
+/*
  * libFuzzer target: the stored-record decoder
  * ngx_http_idempotency_record_parse() on arbitrary bytes (what a store
  * row may hold), then ngx_http_idempotency_record_apply() of what it

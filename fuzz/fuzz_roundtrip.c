@@ -1,5 +1,10 @@
 
 /*
+ * Copyright (C) 2026 The ngx_http_idempotency_module authors
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+
+/*
  * libFuzzer target: the stored-record round trip.  A fake response
  * (status, Content-Type, charset, a header list with repeated, deleted
  * and hop-by-hop headers, a body) is encoded with

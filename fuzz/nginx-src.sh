@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+#
 # Fetch Debian's nginx source package (the sources of the packaged binary,
 # Debian's patches applied) into build/debian-src/ and print the path of
 # the unpacked tree.  Used by the fuzz build (nginx's core .c files) and

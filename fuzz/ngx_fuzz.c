@@ -1,5 +1,10 @@
 
 /*
+ * Copyright (C) 2026 The ngx_http_idempotency_module authors
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+
+/*
  * TEST-ONLY stubs and helpers for the libFuzzer targets (see ngx_fuzz.h).
  * Nothing here is part of the module or of nginx.
  */

@@ -1,5 +1,10 @@
 
 /*
+ * Copyright (C) 2026 The ngx_http_idempotency_module authors
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+
+/*
  * TEST-ONLY support for the libFuzzer targets in fuzz/: a quiet log, a
  * pool that hands out every allocation as its own malloc() (so that
  * AddressSanitizer sees the exact bounds), and stubs for the few nginx

@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+#
 # Build and run the libFuzzer targets for a bounded time each.  TEST-ONLY.
 #
 #   fuzz/run.sh [-t SECONDS] [-j PARALLEL] [TARGET...]
@@ -29,7 +32,7 @@ while getopts t:j: opt; do
     case $opt in
         t) secs=$OPTARG ;;
         j) jobs=$OPTARG ;;
-        *) sed -n '2,20p' "$0" >&2; exit 2 ;;
+        *) sed -n '5,23p' "$0" >&2; exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))

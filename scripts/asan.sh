@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+#
 # nginx and the module under AddressSanitizer + UndefinedBehaviorSanitizer
 # (make test-asan).
 #
@@ -274,5 +277,5 @@ case ${1:-} in
     build) build ;;
     test)  shift; test_suite "$@" ;;
     check) check "${TEST_NGINX_SERVROOT_ASAN:-$ROOT/t/servroot-asan}" ;;
-    *) sed -n '2,30p' "$0" >&2; exit 2 ;;
+    *) sed -n '5,33p' "$0" >&2; exit 2 ;;
 esac

@@ -1,3 +1,6 @@
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+#
 # Shared by scripts/deb.sh and scripts/test-deb.sh (sourced, not run).
 #
 #   deb_lock "$0" "$@"    re-run the calling script under the lock that

@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+#
 # Build the Debian package libnginx-mod-http-idempotency (make deb).
 #
 #   scripts/deb.sh

@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+#
 # Install the Debian 12 packages needed to build, run and test the module.
 #
 #   scripts/deps.sh           install what is missing (quiet when nothing is)

@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+#
 # A private 3-node MariaDB Galera cluster on loopback, for `make test-galera`.
 #
 #   scripts/galera.sh start|stop|status|env

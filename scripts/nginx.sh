@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+#
 # Start/stop the demo nginx (make run / make stop).
 #
 #   scripts/nginx.sh start PREFIX     nginx -p PREFIX/ -c nginx.conf

@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+#
 # Install the npm packages used by the Node.js test clients in t/tools/
 # (t/tools/stripe-retry.js needs the official Stripe Node library).
 #

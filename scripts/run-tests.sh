@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+#
 # Run the Test::Nginx suite (called by `make test` / `make test-valgrind`,
 # which set the TEST_NGINX_* environment).
 #

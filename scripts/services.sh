@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+#
 # Every private service of development, tests and the demo: MariaDB and
 # Redis instances and the test backend.  The one place that runs
 # mariadbd, mariadb-install-db, redis-server and backend/app.py;

@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+#
 # Try the Debian package in the system's nginx (make test-deb).
 #
 #   scripts/test-deb.sh [PACKAGE.deb]   [build/deb/<package>_<version>_<arch>.deb]

@@ -1,3 +1,6 @@
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+
 package IdemTest;
 
 # Shared set-up for the module's Test::Nginx suite: the store and backend

@@ -1,3 +1,6 @@
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+
 package Reaper;
 
 # Makes the test process the one that adopts the nginx it starts as a

@@ -1,3 +1,6 @@
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+
 package TierTest;
 
 # Helpers for the replay tier tests (t/200-tiers-shm.t, t/210-tiers-redis.t):

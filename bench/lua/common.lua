@@ -1,3 +1,6 @@
+-- Copyright (C) 2026 The ngx_http_idempotency_module authors
+-- SPDX-License-Identifier: BSD-2-Clause
+--
 -- Shared by the wrk scripts of `make bench` (loaded with dofile).
 --
 -- A request is a POST of a small JSON body with an Idempotency-Key.

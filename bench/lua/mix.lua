@@ -1,3 +1,6 @@
+-- Copyright (C) 2026 The ngx_http_idempotency_module authors
+-- SPDX-License-Identifier: BSD-2-Clause
+--
 -- wrk script: the retry mix.  PCT_NEW % of the requests (default 10)
 -- carry a fresh key, the rest repeat one of the pre-sent keys
 -- PREFIX-1 .. PREFIX-N.

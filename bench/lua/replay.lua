@@ -1,3 +1,6 @@
+-- Copyright (C) 2026 The ngx_http_idempotency_module authors
+-- SPDX-License-Identifier: BSD-2-Clause
+--
 -- wrk script: cycle over a fixed set of keys PREFIX-1 .. PREFIX-N that
 -- bench/run.py has already sent once (so every request is a duplicate).
 --   wrk ... -s bench/lua/replay.lua URL -- PREFIX N

@@ -1,3 +1,6 @@
+-- Copyright (C) 2026 The ngx_http_idempotency_module authors
+-- SPDX-License-Identifier: BSD-2-Clause
+--
 -- wrk script: a fresh Idempotency-Key per request
 -- (per-thread random prefix + per-thread counter).
 --   wrk ... -s bench/lua/unique.lua URL

@@ -1,3 +1,6 @@
+// Copyright (C) 2026 The ngx_http_idempotency_module authors
+// SPDX-License-Identifier: BSD-2-Clause
+
 'use strict';
 // The express application that plain express and the two peers share:
 // its settings, the bench's control routes (/__stats, /__reset of

@@ -1,3 +1,6 @@
+// Copyright (C) 2026 The ngx_http_idempotency_module authors
+// SPDX-License-Identifier: BSD-2-Clause
+
 'use strict';
 // Peer 2: express + @node-idempotency/core with its Redis storage adapter
 // (@node-idempotency/storage-adapter-redis).  The package's own express

@@ -1,3 +1,6 @@
+// Copyright (C) 2026 The ngx_http_idempotency_module authors
+// SPDX-License-Identifier: BSD-2-Clause
+
 'use strict';
 // The peers' baseline: express with the same route as
 // bench/node/peer-*.js (express.json(), then the same execute() of

@@ -1,3 +1,6 @@
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+
 package IdemStress;
 
 # Harness for the race and fault tests (t/100-races.t, t/110-faults.t and

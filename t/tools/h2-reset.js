@@ -1,4 +1,7 @@
 #!/usr/bin/env node
+// Copyright (C) 2026 The ngx_http_idempotency_module authors
+// SPDX-License-Identifier: BSD-2-Clause
+//
 // Reset one HTTP/2 stream in the middle of a keyed POST, for the tests.
 //
 //   node t/tools/h2-reset.js PORT PATH KEY BODY RESET_AFTER_MS

@@ -1,4 +1,7 @@
 #!/usr/bin/env node
+// Copyright (C) 2026 The ngx_http_idempotency_module authors
+// SPDX-License-Identifier: BSD-2-Clause
+//
 // One POST through the official Stripe Node library (stripe-node), with its
 // own automatic Idempotency-Key and its own retry logic, for the tests.
 //

@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+#
 # Runs each fuzz/repro/asan/*.conf through `nginx -t` with the sanitizer
 # build (scripts/asan.sh build) and the same sanitizer options as
 # `make test-asan`; fails if any reports.  TEST-ONLY.

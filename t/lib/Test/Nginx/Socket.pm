@@ -1,3 +1,6 @@
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+
 package Test::Nginx::Socket;
 
 # A small, self-contained test scaffold for nginx C modules whose test
