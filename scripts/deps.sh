@@ -15,7 +15,8 @@
 set -euo pipefail
 
 PACKAGES=(
-    # build
+    # build: the module, and nginx itself from source for make test-matrix
+    # (PCRE2, zlib and OpenSSL for its rewrite, gzip and ssl modules)
     build-essential nginx nginx-dev libmariadb-dev libhiredis-dev
     libssl-dev libpcre2-dev zlib1g-dev
     # services
