@@ -32,26 +32,7 @@ END {
     $ngx->stop if $ngx;
 }
 
-$ngx = IdemStress::Nginx->start(name => 'metrics', port => $P, workers => 2,
-    http => store_line('main', $ENV{TEST_NGINX_MYSQL_PORT},
-                       cache => 'idem_metrics:1m',
-                       redis => "127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}",
-                       secret => 'metrics-test-secret-0123456789')
-          . <<"HTTP");
-    upstream backend { server 127.0.0.1:$BACKEND_PORT; }
-
-    server {
-        listen 127.0.0.1:$P;
-
-        location /orders {
-            idempotency main;
-            idempotency_wait 10s;
-            proxy_pass http://backend;
-        }
-
-        location = /metrics { idempotency_metrics; }
-    }
-HTTP
+$ngx = IdemStress::metrics_nginx(name => 'metrics', port => $P, workers => 2);
 
 sub post {
     my ($key, $uri) = @_;

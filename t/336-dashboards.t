@@ -144,25 +144,7 @@ for my $e (@exprs) {
 is(join(', ', @unknown_vars), '', 'every variable a query uses is defined');
 
 # ---------------------------------------------------- a live nginx, scraped
-$ngx = IdemStress::Nginx->start(name => 'dashboards', port => $P,
-    http => store_line('main', $ENV{TEST_NGINX_MYSQL_PORT},
-                       cache => 'idem_dashboards:1m',
-                       redis => "127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}",
-                       secret => 'dashboards-test-secret-0123456789')
-          . <<"HTTP");
-    upstream backend { server 127.0.0.1:$BACKEND_PORT; }
-
-    server {
-        listen 127.0.0.1:$P;
-
-        location /orders {
-            idempotency main;
-            proxy_pass http://backend;
-        }
-
-        location = /metrics { idempotency_metrics; }
-    }
-HTTP
+$ngx = IdemStress::metrics_nginx(name => 'dashboards', port => $P);
 
 my $tag = "d$$-" . int(time);
 for my $i (1 .. 3) {

@@ -160,6 +160,35 @@ sub store_line {
 # A request: { port, method, uri, key (Idempotency-Key value, optional),
 # headers => [[name, value], ...], body, raw (sent as is instead),
 # close_after => seconds (close without reading the answer) }.
+# the nginx of the metrics tests (t/335, t/336) on 127.0.0.1:$o{port}: a
+# store "main" with a cache zone and Redis, so that every metric is
+# exported; /orders protected (a duplicate held up to 10 s), /metrics
+sub metrics_nginx {
+    my (%o) = @_;
+
+    my $http = store_line('main', $ENV{TEST_NGINX_MYSQL_PORT},
+                          cache => "idem_$o{name}:1m",
+                          redis => "127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}",
+                          secret => "$o{name}-test-secret-0123456789")
+             . <<"HTTP";
+    upstream backend { server 127.0.0.1:$BACKEND_PORT; }
+
+    server {
+        listen 127.0.0.1:$o{port};
+
+        location /orders {
+            idempotency main;
+            idempotency_wait 10s;
+            proxy_pass http://backend;
+        }
+
+        location = /metrics { idempotency_metrics; }
+    }
+HTTP
+
+    return IdemStress::Nginx->start(%o, http => $http);
+}
+
 sub request_for {
     my ($q) = @_;
 
