@@ -265,7 +265,8 @@ ngx_str_t  ngx_http_idempotency_status_names[] = {
     ngx_string("takeover"),
     ngx_string("error"),
     ngx_string("unstored"),
-    ngx_string("noscope")
+    ngx_string("noscope"),
+    ngx_string("unknown")
 };
 
 

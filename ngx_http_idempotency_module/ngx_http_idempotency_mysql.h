@@ -103,6 +103,11 @@ struct ngx_http_idempotency_op_s {
     /* the first row; data is NULL for an SQL NULL */
     ngx_str_t                    fields[NGX_HTTP_IDEMPOTENCY_MAX_FIELDS];
 
+    /* with all_rows (a statement sent as text): every row of the last
+     * result set, nrows times nfields fields */
+    ngx_str_t                            *rows;
+    unsigned                              all_rows:1;
+
     /* set by ngx_http_idempotency_op_take_pool() */
     unsigned                              keep_pool:1;
 

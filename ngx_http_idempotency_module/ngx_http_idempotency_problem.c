@@ -66,7 +66,15 @@ static ngx_http_idempotency_problem_t  ngx_http_idempotency_problems[] = {
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "key-not-issued"),
       ngx_string("Idempotency key not issued"),
       ngx_string("This resource only accepts idempotency keys that this "
-                 "server issued and that have not expired.") }
+                 "server issued and that have not expired.") },
+
+    { NGX_HTTP_BAD_GATEWAY,
+      ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "outcome-unknown"),
+      ngx_string("Outcome unknown"),
+      ngx_string("A request with this idempotency key was sent to the "
+                 "backend and no complete response came back: it may have "
+                 "been executed.  It is not executed again; an operator "
+                 "can tell, and release the key.") }
 };
 
 
