@@ -122,6 +122,10 @@ struct ngx_http_idempotency_op_s {
     void                                 *conn;
     ngx_http_idempotency_op_t            *batch_next;  /* the others */
     unsigned                              single:1;    /* not again */
+    ngx_uint_t                            thread;      /* the server's id
+                                                          of its conn */
+    unsigned                              sent:1;      /* it ran */
+    unsigned                              again:1;     /* once more */
 };
 
 
@@ -146,6 +150,12 @@ void ngx_http_idempotency_op_num(ngx_http_idempotency_op_t *op,
 
 /* queues or starts the op; the handler (if any) is always called later */
 void ngx_http_idempotency_op_run(ngx_http_idempotency_op_t *op);
+
+/*
+ * The op failed in a way that leaves its statement's effect unknown: it
+ * timed out, or its connection was lost or killed while it ran.
+ */
+ngx_uint_t ngx_http_idempotency_op_unsure(ngx_http_idempotency_op_t *op);
 
 /* the requester is gone: the op finishes silently and frees itself */
 void ngx_http_idempotency_op_detach(ngx_http_idempotency_op_t *op);
