@@ -40,6 +40,10 @@
 #define NGX_HTTP_IDEMPOTENCY_STORE_REJECT   0
 #define NGX_HTTP_IDEMPOTENCY_STORE_PASS     1
 
+/* idempotency_on_unknown_outcome */
+#define NGX_HTTP_IDEMPOTENCY_UNKNOWN_KEEP     0
+#define NGX_HTTP_IDEMPOTENCY_UNKNOWN_RELEASE  1
+
 /* ssl= of a store */
 #define NGX_HTTP_IDEMPOTENCY_SSL_OFF        0
 #define NGX_HTTP_IDEMPOTENCY_SSL_ON         1    /* TLS, any certificate */
@@ -112,6 +116,7 @@ struct ngx_http_idempotency_store_s {
 
 typedef struct {
     ngx_array_t                     stores;    /* of ..._store_t * */
+    ngx_array_t                     locations; /* their loc_conf, void ** */
     size_t                          capture_memory;  /* per worker */
     ngx_uint_t                      max_held;        /* per worker */
 } ngx_http_idempotency_main_conf_t;
@@ -131,6 +136,8 @@ typedef struct {
     size_t                          max_response_size;
     ngx_array_t                    *skip_headers; /* of ngx_str_t */
     ngx_uint_t                      on_store_error;
+    ngx_uint_t                      on_unknown;
+    ngx_str_t                       epoch_header;  /* len 0: none */
     ngx_uint_t                      keys;      /* issue.h: any, issued */
     time_t                          issuer_ttl; /* UNSET: no issuer */
 } ngx_http_idempotency_loc_conf_t;

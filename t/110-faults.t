@@ -151,6 +151,14 @@ sub wait_row_gone {
                            sub { !row($key) }, 0.1); 1 };
 }
 
+sub wait_row_state {
+    my ($key, $want, $timeout) = @_;
+    return eval { wait_for("the row of $key in state $want", $timeout // 20,
+                           sub { my ($state) = row($key);
+                                 defined $state && $state == $want }, 0.1);
+                  1 };
+}
+
 sub wait_lease_over {
     my ($key, $timeout) = @_;
     wait_for("the lease of $key to end", $timeout // 60, sub {
@@ -454,7 +462,8 @@ scenario(sub {
 # ---------------------------------------------------------- 4. upstream
 
 # a burst of identical requests; every forwarded one (X-Idem new or
-# takeover) is one execution, a 409 never is, and the key ends up free
+# takeover) is one execution, a 409 never is, and the key ends up free,
+# stored, or (sent, and no complete answer) of unknown outcome
 sub upstream_case {
     my ($name, $uri, %o) = @_;
 
@@ -484,7 +493,18 @@ sub upstream_case {
            . "request, none for a 409");
     }
 
-    if ($o{stored}) {
+    if ($o{unknown}) {
+        # sent, and no complete response: recorded, never run again
+        ok(wait_row_state($key, 3), "$name: the outcome is recorded as "
+           . "unknown");
+        my $r = post($uri, $key);
+        ok(($r->{status} // 0) == 502
+           && ($r->{body} // '') =~ /problem:outcome-unknown/,
+           "$name: a retry learns the outcome is unknown")
+            or diag('retry: ' . desc($r));
+        is(backend_count($key), $fwd, "$name: not executed again");
+
+    } elsif ($o{stored}) {
         my ($final) = settle({ $key => 'x' }, uri => $uri);
         my $f = $final->{$key};
         ok($f && replayed($f) && $f->{status} == $o{stored},
@@ -506,10 +526,11 @@ scenario(sub {
     $f{refused} = upstream_case('upstream refuses', '/refused',
         ok => sub { ($_[0]{status} // 0) == 502 });
     $f{timeout} = upstream_case('upstream times out', '/slowup?delay=2500',
-        executes => 1, ok => sub { ($_[0]{status} // 0) == 504 });
+        executes => 1, unknown => 1,
+        ok => sub { ($_[0]{status} // 0) == 504 });
     $f{reset} = upstream_case('upstream resets mid-body',
         '/orders?reset=1&delay=300',
-        executes => 1,
+        executes => 1, unknown => 1,
         ok => sub { ($_[0]{status} // 0) == 201
                     && ($_[0]{error} // '') =~ /truncated|reset/ });
     $f{'5xx'} = upstream_case('upstream 500', '/orders?status=500&delay=300',
