@@ -447,13 +447,13 @@ ngx_http_idempotency_admin_split(ngx_http_idempotency_admin_t *ad)
     ngx_str_t    name, value;
     ngx_uint_t   i;
 
-    p = ad->request->args.data;
-    last = p + ad->request->args.len;
-
-    if (p == last) {
+    if (ad->request->args.len == 0) {
         return ngx_http_idempotency_admin_bad(ad, "no arguments: give "
                                               "hash=, key= or list=");
     }
+
+    p = ad->request->args.data;
+    last = p + ad->request->args.len;
 
     for ( /* void */ ; p < last; p = amp + 1) {
 
