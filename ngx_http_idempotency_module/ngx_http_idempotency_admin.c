@@ -199,6 +199,8 @@ static ngx_int_t ngx_http_idempotency_admin_render(ngx_pool_t *pool,
     ngx_http_idempotency_op_t *op, ngx_str_t *fields, ngx_str_t *out);
 static ngx_int_t ngx_http_idempotency_admin_json(ngx_http_request_t *r,
     ngx_buf_t *b);
+static ngx_int_t ngx_http_idempotency_admin_header(ngx_http_request_t *r,
+    const char *key, const char *value);
 static void ngx_http_idempotency_admin_finalize(
     ngx_http_idempotency_admin_t *ad, ngx_int_t rc);
 static void ngx_http_idempotency_admin_cleanup(void *data);
@@ -299,7 +301,6 @@ static ngx_int_t
 ngx_http_idempotency_admin_handler(ngx_http_request_t *r)
 {
     ngx_int_t                         rc;
-    ngx_table_elt_t                  *h;
     ngx_pool_cleanup_t               *cln;
     ngx_http_idempotency_admin_t     *ad;
     ngx_http_idempotency_loc_conf_t  *ilcf;
@@ -315,15 +316,11 @@ ngx_http_idempotency_admin_handler(ngx_http_request_t *r)
     }
 
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD|NGX_HTTP_POST))) {
-        h = ngx_list_push(&r->headers_out.headers);
-        if (h == NULL) {
+        if (ngx_http_idempotency_admin_header(r, "Allow", "GET, HEAD, POST")
+            != NGX_OK)
+        {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
-
-        h->hash = 1;
-        ngx_str_set(&h->key, "Allow");
-        ngx_str_set(&h->value, "GET, HEAD, POST");
-        h->lowcase_key = NULL;
 
         return ngx_http_idempotency_problem_ext(r,
                                           NGX_HTTP_IDEMPOTENCY_P_ADMIN_METHOD,
@@ -1264,6 +1261,20 @@ ngx_http_idempotency_admin_changed(ngx_http_idempotency_op_t *op)
         return;
     }
 
+    redis = NGX_OK;
+
+    if (ch->what == NGX_HTTP_IDEMPOTENCY_ADMIN_FORGET) {
+
+        /*
+         * Whatever became of the row: an entry of a key whose row is gone
+         * or changed is stale, and dropping an entry is always safe (MySQL
+         * answers).  So the same call on another nginx, which finds the
+         * row gone (404), drops that nginx's copy too.
+         */
+
+        redis = ngx_http_idempotency_tier_forget(ch->store, ch->key_hash);
+    }
+
     if (op->affected_rows == 0) {
         if (r) {
             ngx_http_idempotency_admin_finalize(ad,
@@ -1277,12 +1288,8 @@ ngx_http_idempotency_admin_changed(ngx_http_idempotency_op_t *op)
 
     ngx_http_idempotency_admin_log_change(ch, log);
 
-    redis = NGX_OK;
-
     if (ch->what == NGX_HTTP_IDEMPOTENCY_ADMIN_FORGET) {
         ngx_http_idempotency_metric(ch->store, operator_forgets);
-
-        redis = ngx_http_idempotency_tier_forget(ch->store, ch->key_hash);
 
         if (redis != NGX_OK) {
             ngx_log_error(NGX_LOG_WARN, log, 0,
@@ -1586,11 +1593,17 @@ ngx_http_idempotency_admin_render(ngx_pool_t *pool,
 }
 
 
-/* b, the whole body: 200 application/json */
+/* b, the whole body: 200 application/json, never kept by a cache */
 
 static ngx_int_t
 ngx_http_idempotency_admin_json(ngx_http_request_t *r, ngx_buf_t *b)
 {
+    if (ngx_http_idempotency_admin_header(r, "Cache-Control", "no-store")
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
     r->headers_out.status = NGX_HTTP_OK;
     r->headers_out.content_length_n = b->last - b->pos;
     ngx_str_set(&r->headers_out.content_type, "application/json");
@@ -1601,6 +1614,30 @@ ngx_http_idempotency_admin_json(ngx_http_request_t *r, ngx_buf_t *b)
     b->last_in_chain = 1;
 
     return ngx_http_idempotency_send(r, b);
+}
+
+
+/* a header of the module's own, key and value static strings */
+
+static ngx_int_t
+ngx_http_idempotency_admin_header(ngx_http_request_t *r, const char *key,
+    const char *value)
+{
+    ngx_table_elt_t  *h;
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->hash = 1;
+    h->key.data = (u_char *) key;
+    h->key.len = ngx_strlen(key);
+    h->value.data = (u_char *) value;
+    h->value.len = ngx_strlen(value);
+    h->lowcase_key = NULL;
+
+    return NGX_OK;
 }
 
 

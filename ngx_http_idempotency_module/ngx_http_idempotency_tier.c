@@ -456,9 +456,10 @@ ngx_http_idempotency_tier_put(ngx_http_idempotency_store_t *store,
 
 
 /*
- * Called once the row is gone, not before: a duplicate that read the row
- * before then may still put the entry back (its replay fills the tiers),
- * which is the one way a forgotten response replays on this nginx.
+ * Called once the row is gone or changed, not before: a duplicate that
+ * read the row before then may still put the entry back (its replay
+ * fills the tiers), which is the one way a forgotten response replays on
+ * this nginx.
  */
 
 ngx_int_t

@@ -247,6 +247,7 @@ is($head->{body}, '', 'TEST 2: ... without a body');
 GET /admin?key=t370-2a
 --- response_headers
 Content-Type: application/json
+Cache-Control: no-store
 --- response_body_like: ^\{"key_hash":"[0-9a-f]{64}","state":"completed","epoch":1,"created_at":"[^"]+Z","lease_until":"[^"]+Z","expires_at":"[^"]+Z","status":201,"stored_bytes":\d+,"renewing":false,"expired":false,"version":"1-1-[0-9A-F]{32}-\d{20}","server":"127\.0\.0\.1:\d+"\}$
 --- no_error_log
 [error]
@@ -430,6 +431,20 @@ $x = main::admin('POST', "action=forget&key=$key&version=$j->{version}");
 is($x->{status}, 409, 'TEST 6: forgotten again, an old version: 409');
 is($x->{json}{type}, 'urn:ngx-idempotency:problem:key-changed',
    'TEST 6: ... key-changed');
+# another nginx forgot a key this one has in its zone: the row is gone,
+# the zone still replays it; the same call here (404) drops the copy
+my $k2 = 't370-6b';
+is(main::order($k2)->{status}, 201, 'TEST 6: another key executed');
+$r = wait_for_tier('shm', 10, key => $k2, body => 'x');
+$j = main::admin('GET', "key=$k2")->{json};
+sql("DELETE FROM $main::T WHERE key_hash = X'" . key_hash_hex($k2) . "'");
+is(main::order($k2)->{tier}, 'shm', 'TEST 6: its row gone, the zone replays');
+$x = main::admin('POST', "action=forget&key=$k2&version=$j->{version}");
+is($x->{status}, 404, 'TEST 6: forget here: 404');
+$r = main::order($k2);
+is("$r->{status} $r->{idem} $r->{tier}", '201 new mysql',
+   'TEST 6: ... and the zone let go of it');
+is(main::count($k2), 2, 'TEST 6: ... so the retry ran');
 --- request
 GET /count?key=t370-6
 --- response_body chomp
