@@ -18,6 +18,7 @@
 #include "ngx_http_idempotency_metrics.h"
 #include "ngx_http_idempotency_prometheus.h"
 #include "ngx_http_idempotency_issue.h"
+#include "ngx_http_idempotency_admin.h"
 
 
 #define NGX_HTTP_IDEMPOTENCY_MAX_RESPONSE  (256 * 1024 * 1024)
@@ -229,6 +230,13 @@ static ngx_command_t  ngx_http_idempotency_commands[] = {
       ngx_http_idempotency_metrics,
       0,
       0,
+      NULL },
+
+    { ngx_string("idempotency_admin"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_idempotency_admin,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idempotency_loc_conf_t, admin),
       NULL },
 
     { ngx_string("idempotency_capture_memory"),

@@ -124,6 +124,7 @@ typedef struct {
 
 typedef struct {
     ngx_http_idempotency_store_t   *store;     /* NULL: off */
+    ngx_http_idempotency_store_t   *admin;     /* idempotency_admin */
     ngx_uint_t                      methods;
     ngx_str_t                       header;
     ngx_flag_t                      required;
