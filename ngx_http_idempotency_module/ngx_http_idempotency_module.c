@@ -846,6 +846,11 @@ ngx_http_idempotency_merge_loc_conf(ngx_conf_t *cf, void *parent,
 
     ngx_conf_merge_ptr_value(conf->store, prev->store, NULL);
 
+    /* an "if" block inside an idempotency_admin location answers too */
+    if (conf->admin == NULL) {
+        conf->admin = prev->admin;
+    }
+
     if (conf->methods == 0) {
         conf->methods = prev->methods ? prev->methods
                                       : (NGX_HTTP_POST|NGX_HTTP_PATCH);

@@ -673,3 +673,20 @@ GET /admin?list=unknown
 --- response_body_like: "truncated":false
 --- no_error_log
 [error]
+
+
+
+=== TEST 12: an if block inside the location answers as the location does
+--- config
+    location = /admin {
+        idempotency_admin main;
+        if ($arg_list) {
+            add_header X-If yes;
+        }
+    }
+--- request
+GET /admin?list=unknown
+--- error_code: 200
+--- response_headers
+X-If: yes
+--- response_body_like: "keys":\[
