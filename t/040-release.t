@@ -7,19 +7,13 @@ use IdemTest;
 
 no_shuffle();
 
-add_block_preprocessor(sub {
-    my $block = shift;
-
-    if (!defined $block->config) {
-        $block->set_value('config', orders_location(proxy_read_timeout => '1s',
-            add_header => 'X-Idem', count => 1) . <<'CONF');
+block_defaults(config => orders_location(proxy_read_timeout => '1s',
+    add_header => 'X-Idem', count => 1) . <<'CONF');
     location /down {
         idempotency main;
         proxy_pass http://127.0.0.1:1;
     }
 CONF
-    }
-});
 
 run_tests();
 

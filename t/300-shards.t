@@ -31,14 +31,7 @@ sub shards_config {
          . "upstream backend { server 127.0.0.1:\$TEST_NGINX_BACKEND_PORT; }\n";
 }
 
-add_block_preprocessor(sub {
-    my $block = shift;
-
-    if (!defined $block->config) {
-        $block->set_value('config',
-                          orders_location(add_header => 'X-Idem', count => 1));
-    }
-});
+block_defaults(config => orders_location(add_header => 'X-Idem', count => 1));
 
 no_shuffle();
 run_tests();

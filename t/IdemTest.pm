@@ -18,7 +18,8 @@ use lib dirname(__FILE__) . '/stress';
 use IdemStress ();
 
 our @EXPORT = qw(key_hash_hex fingerprint sql sql_at sql_root bg_request
-                 store_config orders_location port record tcp_proxy shard_of);
+                 store_config orders_location block_defaults port record
+                 tcp_proxy shard_of);
 
 for my $v (qw(MYSQL_PORT MYSQL_USER MYSQL_PASSWORD MYSQL_DB BACKEND_PORT)) {
     die "TEST_NGINX_$v is not set: run the suite with 'make test'\n"
@@ -108,6 +109,23 @@ Test::Nginx::Socket::add_block_preprocessor(sub {
 
     $block->set_value('no_error_log', $never);
 });
+
+# the sections a block of the file gets when it has none of its own,
+# called before run_tests:
+#
+#   block_defaults(config => orders_location(add_header => 'X-Idem'));
+sub block_defaults {
+    my (%d) = @_;
+
+    Test::Nginx::Socket::add_block_preprocessor(sub {
+        my $block = shift;
+
+        for my $section (sort keys %d) {
+            $block->set_value($section, $d{$section})
+                unless defined $block->$section;
+        }
+    });
+}
 
 sub port {
     return $ENV{TEST_NGINX_SERVER_PORT} || $ENV{TEST_NGINX_PORT} || 1984;
