@@ -26,12 +26,16 @@ for my $v (qw(MYSQL_PORT MYSQL_USER MYSQL_PASSWORD MYSQL_DB BACKEND_PORT)) {
         unless defined $ENV{"TEST_NGINX_$v"};
 }
 
+# the store "main" on the suite's MariaDB, with more parameters (sorted by
+# name; mysql => [ADDRESS, ...] for other servers), and the backend
 sub store_config {
     my (%p) = @_;
+    my $mysql = delete $p{mysql} // ['127.0.0.1:$TEST_NGINX_MYSQL_PORT'];
     my $extra = join ' ', map { "$_=$p{$_}" } sort keys %p;
 
-    return "idempotency_store main mysql=127.0.0.1:\$TEST_NGINX_MYSQL_PORT"
-         . " user=\$TEST_NGINX_MYSQL_USER"
+    return "idempotency_store main "
+         . join('', map { "mysql=$_ " } @$mysql)
+         . "user=\$TEST_NGINX_MYSQL_USER"
          . " password=\$TEST_NGINX_MYSQL_PASSWORD"
          . " database=\$TEST_NGINX_MYSQL_DB $extra;\n"
          . "upstream backend { server 127.0.0.1:\$TEST_NGINX_BACKEND_PORT; }\n";
