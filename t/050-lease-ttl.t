@@ -109,7 +109,8 @@ Idempotency-Key: t050-4
 IdemTest::orders_location(idempotency_ttl => '1s',
     idempotency_lease => '600ms', add_header => 'X-Idem', count => 1)
 --- init
-system("curl -s -o /dev/null -X POST -H 'Idempotency-Key: t050-5' --data-binary x http://127.0.0.1:@{[port()]}/orders") == 0 or die;
+curl_post('/orders', 't050-5');
+$? == 0 or die "curl failed";
 sleep 2;
 --- more_headers
 Idempotency-Key: t050-5

@@ -18,8 +18,8 @@ use lib dirname(__FILE__) . '/stress';
 use IdemStress ();
 
 our @EXPORT = qw(key_hash_hex fingerprint sql sql_at sql_root bg_request
-                 store_config orders_location block_defaults port record
-                 tcp_proxy shard_of);
+                 store_config orders_location block_defaults port curl_post
+                 record tcp_proxy shard_of);
 
 for my $v (qw(MYSQL_PORT MYSQL_USER MYSQL_PASSWORD MYSQL_DB BACKEND_PORT)) {
     die "TEST_NGINX_$v is not set: run the suite with 'make test'\n"
@@ -133,6 +133,22 @@ sub block_defaults {
 
 sub port {
     return $ENV{TEST_NGINX_SERVER_PORT} || $ENV{TEST_NGINX_PORT} || 1984;
+}
+
+# curl -s OPTIONS -X POST -H 'Idempotency-Key: KEY' --data-binary x
+# http://127.0.0.1:PORT$uri: its output; $? is its exit status
+sub curl_post {
+    my ($uri, $key, @opt) = @_;
+
+    open my $fh, '-|', 'curl', '-s', @opt, '-X', 'POST',
+         '-H', "Idempotency-Key: $key", '--data-binary', 'x',
+         'http://127.0.0.1:' . port() . $uri
+        or die "cannot run curl: $!";
+    local $/;
+    my $out = <$fh>;
+    close $fh;
+
+    return $out // '';
 }
 
 # the module's lookup hash of (key, scope): IdemStress::key_hash_hex
