@@ -53,15 +53,8 @@ __DATA__
 TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}",
                       plain => '')
 --- config eval
-IdemTest::orders_location(via => 'plain', add_header => 'X-Idem X-Tier') . q{
-    location /plain/ {
-        internal;
-        idempotency plain;
-        proxy_pass http://backend/;
-        add_header X-Idem $idempotency_status always;
-        add_header X-Tier $idempotency_tier always;
-    }
-}
+IdemTest::orders_location(via => 'plain', add_header => 'X-Idem X-Tier')
+. IdemTest::via_location('plain', add_header => 'X-Idem X-Tier')
 --- init
 my %q = (key => 't210-1', uri => '/orders?cookies=2', body => 'x');
 my $r = http_req(%q);
@@ -176,14 +169,8 @@ TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}",
                       plain => '')
 --- config eval
 IdemTest::orders_location(via => 'plain', idempotency_ttl => '1h',
-    add_header => 'X-Idem X-Tier') . q{
-    location /plain/ {
-        internal;
-        idempotency plain;
-        idempotency_ttl 1h;
-        proxy_pass http://backend/;
-    }
-}
+    add_header => 'X-Idem X-Tier')
+. IdemTest::via_location('plain', idempotency_ttl => '1h')
 --- init
 is(http_req(key => 't210-5', body => 'x', headers => ['X-Via: plain'])->{status},
    201, 'executed through the store without tiers');
@@ -405,20 +392,10 @@ TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}",
                       plain => '')
 --- config eval
 IdemTest::orders_location(via => 'plain strict',
-    idempotency_fingerprint => 'off', add_header => 'X-Idem X-Tier') . q{
-    location /plain/ {
-        internal;
-        idempotency plain;
-        proxy_pass http://backend/;
-    }
-    location /strict/ {
-        internal;
-        idempotency main;
-        proxy_pass http://backend/;
-        add_header X-Idem $idempotency_status always;
-        add_header X-Tier $idempotency_tier always;
-    }
-}
+    idempotency_fingerprint => 'off', add_header => 'X-Idem X-Tier')
+. IdemTest::via_location('plain')
+. IdemTest::via_location('strict', idempotency => 'main',
+                         add_header => 'X-Idem X-Tier')
 --- init
 # executed with fingerprints compared: the row holds the real one
 is(http_req(key => 't210-fp', body => 'x', headers => ['X-Via: plain'])->{status},

@@ -18,8 +18,8 @@ use lib dirname(__FILE__) . '/stress';
 use IdemStress ();
 
 our @EXPORT = qw(key_hash_hex fingerprint sql sql_at sql_root bg_request
-                 store_config orders_location block_defaults port curl_post
-                 record tcp_proxy shard_of);
+                 store_config orders_location via_location block_defaults
+                 port curl_post record tcp_proxy shard_of);
 
 for my $v (qw(MYSQL_PORT MYSQL_USER MYSQL_PASSWORD MYSQL_DB BACKEND_PORT)) {
     die "TEST_NGINX_$v is not set: run the suite with 'make test'\n"
@@ -61,12 +61,31 @@ sub store_config {
 #
 # and count => 1 adds location = /count (the backend's count of the
 # executions of ?key=).  More locations: IdemTest::orders_location(...) . q{...}
+sub orders_location {
+    return _location('/orders', 'http://backend', [], @_);
+}
+
+# The location that "via => NAME" rewrites a request into:
+#
+#   IdemTest::via_location('plain')
+#
+# is location /plain/ { internal; idempotency plain; proxy_pass
+# http://backend/; }, with the options of orders_location (another store:
+# idempotency => 'main').
+sub via_location {
+    my ($name, @o) = @_;
+
+    return _location("/$name/", 'http://backend/', ['internal;'],
+                     idempotency => $name, @o);
+}
+
 my %SHOWN = ('X-Idem' => 'status', 'X-Tier' => 'tier', 'X-Key' => 'key');
 
-sub orders_location {
-    my (@o) = @_;
+# location $path { @$first_lines ... proxy_pass $pass; ... }
+sub _location {
+    my ($path, $pass, $first, @o) = @_;
     my (@via, @idem, @other, @headers, $count);
-    my ($store, $pass) = ('main', 'http://backend');
+    my $store = 'main';
 
     while (my ($k, $v) = splice @o, 0, 2) {
         if ($k eq 'via') { push @via, split ' ', $v }
@@ -80,12 +99,13 @@ sub orders_location {
 
     my @lines = ((map { "if (\$http_x_via = $_) { rewrite ^ /$_\$uri last; }" }
                   @via),
-                 "idempotency $store;", @idem, "proxy_pass $pass;", @other,
+                 @$first, "idempotency $store;", @idem, "proxy_pass $pass;",
+                 @other,
                  map { "add_header $_ \$idempotency_"
                        . ($SHOWN{$_} // die "orders_location: no header $_\n")
                        . " always;" } @headers);
 
-    return "    location /orders {\n" . join('', map { "        $_\n" } @lines)
+    return "    location $path {\n" . join('', map { "        $_\n" } @lines)
          . "    }\n"
          . ($count ? "    location = /count { proxy_pass http://backend/__count; }\n"
                    : '');
