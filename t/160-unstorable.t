@@ -26,10 +26,7 @@ my $tag = "u$$-" . int(time);
 my ($ngx, $saved);
 
 sub root_sql {
-    my ($stmt) = @_;
-    my $out = `mariadb --no-defaults --batch --skip-column-names --protocol=socket --socket='$ENV{TEST_NGINX_MYSQL_SOCKET}' -u root -e "$stmt"`;
-    die "mariadb failed: $stmt\n" if $?;
-    chomp $out;
+    chomp(my $out = IdemStress::sql_root($ENV{TEST_NGINX_MYSQL_SOCKET}, @_));
     return $out;
 }
 

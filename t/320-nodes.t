@@ -32,19 +32,7 @@ my @ngx;
 END { $_->stop for grep { defined } @ngx }
 
 sub sql_at {
-    my ($port, $stmt) = @_;
-
-    my @cmd = ('mariadb', '--no-defaults', '--batch', '--skip-column-names',
-               '-h', '127.0.0.1', '-P', $port,
-               '-u', $ENV{TEST_NGINX_MYSQL_USER} || 'idem',
-               '-p' . ($ENV{TEST_NGINX_MYSQL_PASSWORD} || 'idem-secret'),
-               $ENV{TEST_NGINX_MYSQL_DB} || 'idempotency', '-e', $stmt);
-
-    open my $fh, '-|', @cmd or die "cannot run mariadb: $!";
-    local $/;
-    my $out = <$fh> // '';
-    close $fh or die "mariadb failed ($?): $stmt\n";
-    chomp $out;
+    chomp(my $out = IdemStress::sql_at(@_));
     return $out;
 }
 

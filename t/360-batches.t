@@ -30,16 +30,13 @@ END {
     $ngx->stop if $ngx;
 }
 
-my $MARIADB = "mariadb --no-defaults --batch --skip-column-names"
-    . " --protocol=socket --socket='$ENV{TEST_NGINX_MYSQL_SOCKET}' -u root";
+# as root on the suite's server
+sub root_sql { IdemStress::sql_root($ENV{TEST_NGINX_MYSQL_SOCKET}, @_) }
 
 # the server's statement counters
 sub counters {
-    my $sql = "SHOW GLOBAL STATUS WHERE Variable_name IN"
-              . " ('Com_insert', 'Com_update')";
-    my $out = `$MARIADB -e "$sql"`;
-    die "mariadb failed\n" if $?;
-    return { map { split /\t/ } split /\n/, $out };
+    return IdemStress::server_status($ENV{TEST_NGINX_MYSQL_SOCKET},
+                                     'Com_insert', 'Com_update');
 }
 
 # the store behind a relay that holds every packet 20 ms: a round trip
@@ -49,11 +46,6 @@ $slow = IdemStress::tcp_proxy($SLOW, $ENV{TEST_NGINX_MYSQL_PORT}, 0.02);
 
 # an account that may insert rows and complete them (its UPDATE reads
 # key_hash and owner), but not read them: a claim's READ fails
-sub root_sql {
-    my ($sql) = @_;
-    system("$MARIADB -e \"$sql\"") == 0 or die "mariadb failed: $sql\n";
-}
-
 my $db = $ENV{TEST_NGINX_MYSQL_DB} || 'idempotency';
 root_sql("CREATE USER IF NOT EXISTS 'idem_noread'\@'127.0.0.1'"
          . " IDENTIFIED BY 'noread'");

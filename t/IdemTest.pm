@@ -186,46 +186,12 @@ sub sql {
     return sql_at($ENV{TEST_NGINX_MYSQL_PORT}, $stmt);
 }
 
-# the same as the module's user, on the server at 127.0.0.1:$port
-sub sql_at {
-    my ($port, $stmt) = @_;
+# the same as the module's user, on the server at 127.0.0.1:$port; as
+# root over a server's unix socket, $input a file of statements
+# (IdemStress::sql_at, IdemStress::sql_root)
+sub sql_at { IdemStress::sql_at(@_) }
 
-    return run_client(['-h', '127.0.0.1', '-P', $port,
-                       '-u', $ENV{TEST_NGINX_MYSQL_USER},
-                       "-p$ENV{TEST_NGINX_MYSQL_PASSWORD}"], $stmt);
-}
-
-# as root over a server's unix socket (schema, events, global settings);
-# $input, when given, is fed on stdin (a file of statements)
-sub sql_root {
-    my ($socket, $stmt, $input) = @_;
-
-    return run_client(['--protocol=socket', "--socket=$socket",
-                       '-u', 'root'], $stmt, $input);
-}
-
-sub run_client {
-    my ($args, $stmt, $input) = @_;
-
-    my @cmd = ('mariadb', '--no-defaults', '--batch', '--skip-column-names',
-               @$args, $ENV{TEST_NGINX_MYSQL_DB},
-               defined $stmt ? ('-e', $stmt) : ());
-
-    if (defined $input) {
-        my $cmd = join ' ', map { "'$_'" } @cmd;
-        $cmd .= " < '$input'";
-        my $out = `$cmd`;
-        die "mariadb failed ($?): $input\n" if $?;
-        return $out // '';
-    }
-
-    open my $fh, '-|', @cmd or die "cannot run mariadb: $!";
-    local $/;
-    my $out = <$fh>;
-    close $fh or die "mariadb failed ($?): " . ($stmt // '') . "\n";
-
-    return $out // '';
-}
+sub sql_root { IdemStress::sql_root(@_) }
 
 # the shard (0-based) a key lives on among $n mysql= servers: the first
 # four bytes of its key hash, big-endian, modulo $n (docs/design.md)

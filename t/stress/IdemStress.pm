@@ -127,6 +127,68 @@ sub store_line {
            . join(' ', map { "$_=$d{$_}" } sort keys %d) . ";\n";
 }
 
+# ------------------------------------------------------------------- SQL
+
+# The mariadb client in batch mode, on the suite's database
+# (TEST_NGINX_MYSQL_DB): as the module's user on 127.0.0.1:$port
+# (sql_at), or as root over a server's unix socket (sql_root: schema,
+# accounts, global settings; $input, when given, is a file of statements
+# fed on stdin).  Returns the output, column names left out; dies when the
+# client fails.  server_status: { name => value } of the server's global
+# status variables named, without a database (its counters see the least
+# of the client itself).
+sub sql_at {
+    my ($port, $stmt) = @_;
+
+    return mariadb(['-h', '127.0.0.1', '-P', $port,
+                    '-u', $ENV{TEST_NGINX_MYSQL_USER} || 'idem',
+                    '-p' . ($ENV{TEST_NGINX_MYSQL_PASSWORD} || 'idem-secret')],
+                   $stmt);
+}
+
+sub sql_root {
+    my ($socket, $stmt, $input) = @_;
+
+    return mariadb(['--protocol=socket', "--socket=$socket", '-u', 'root'],
+                   $stmt, $input);
+}
+
+sub server_status {
+    my ($socket, @names) = @_;
+
+    my $out = mariadb(['--protocol=socket', "--socket=$socket", '-u', 'root'],
+                      "SHOW GLOBAL STATUS WHERE Variable_name IN ("
+                      . join(', ', map { "'$_'" } @names) . ")", undef, '');
+
+    return { map { split /\t/ } split /\n/, $out };
+}
+
+# $db: the database, '' for none [TEST_NGINX_MYSQL_DB]
+sub mariadb {
+    my ($args, $stmt, $input, $db) = @_;
+
+    $db //= $ENV{TEST_NGINX_MYSQL_DB} || 'idempotency';
+
+    my @cmd = ('mariadb', '--no-defaults', '--batch', '--skip-column-names',
+               @$args, $db eq '' ? () : $db,
+               defined $stmt ? ('-e', $stmt) : ());
+
+    if (defined $input) {
+        my $cmd = join ' ', map { "'$_'" } @cmd;
+        $cmd .= " < '$input'";
+        my $out = `$cmd`;
+        die "mariadb failed ($?): $input\n" if $?;
+        return $out // '';
+    }
+
+    open my $fh, '-|', @cmd or die "cannot run mariadb: $!";
+    local $/;
+    my $out = <$fh>;
+    close $fh or die "mariadb failed ($?): " . ($stmt // '') . "\n";
+
+    return $out // '';
+}
+
 # ------------------------------------------------------------ HTTP client
 
 # A request: { port, method, uri, key (Idempotency-Key value, optional),
