@@ -15,11 +15,7 @@ use Time::HiRes qw(time sleep);
 use lib 't/stress';
 use IdemStress;
 
-plan skip_all => "TEST_NGINX_BACKEND_PORT is not set: run with 'make test'"
-    unless $ENV{TEST_NGINX_BACKEND_PORT} && $ENV{TEST_NGINX_MYSQL_SOCKET};
-
-$SIG{INT} = $SIG{TERM} = sub { exit 1 };
-IdemStress::lock_dir();
+IdemStress::begin_file('MYSQL_SOCKET');
 
 my $P = port(161);
 my $tag = "u$$-" . int(time);

@@ -15,13 +15,9 @@ use Time::HiRes qw(time);
 use lib 't/stress';
 use IdemStress;
 
-plan skip_all => "TEST_NGINX_BACKEND_PORT is not set: run with 'make test'"
-    unless $ENV{TEST_NGINX_BACKEND_PORT};
+IdemStress::begin_file();
 plan skip_all => 'stripe-node is not installed (scripts/node-deps.sh)'
     unless -d "$BUILD/node/node_modules/stripe";
-
-$SIG{INT} = $SIG{TERM} = sub { exit 1 };
-IdemStress::lock_dir();
 
 my $P = port(171);
 my $ngx;

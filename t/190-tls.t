@@ -18,12 +18,8 @@ use Time::HiRes qw(time sleep);
 use lib 't/stress';
 use IdemStress;
 
-plan skip_all => "TEST_NGINX_BACKEND_PORT is not set: run with 'make test'"
-    unless $ENV{TEST_NGINX_BACKEND_PORT};
+IdemStress::begin_file();
 plan skip_all => 'no openssl command' if system('openssl version >/dev/null');
-
-$SIG{INT} = $SIG{TERM} = sub { exit 1 };
-IdemStress::lock_dir();
 
 my $P = port(191);          # nginx "tls"
 my $P2 = port(192);         # nginx "tls-slow", one worker

@@ -15,13 +15,7 @@ use lib 't/stress';
 use IdemStress;
 use IdemStress::Races;
 
-for my $v (qw(MYSQL_PORT MYSQL2_PORT BACKEND_PORT)) {
-    plan skip_all => "TEST_NGINX_$v is not set: run with 'make test'"
-        unless $ENV{"TEST_NGINX_$v"};
-}
-
-$SIG{INT} = $SIG{TERM} = sub { exit 1 };
-IdemStress::lock_dir();
+IdemStress::begin_file('MYSQL_PORT', 'MYSQL2_PORT');
 
 my @M = ($ENV{TEST_NGINX_MYSQL_PORT}, $ENV{TEST_NGINX_MYSQL2_PORT});
 my @ports = (port(91), port(92));

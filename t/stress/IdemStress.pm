@@ -61,6 +61,23 @@ sub lock_dir {
     }
 }
 
+# The start of a test file that runs its own servers: skips the file
+# unless `make test` has set TEST_NGINX_BACKEND_PORT and each
+# TEST_NGINX_$name of @need, makes INT and TERM an exit (so that the
+# file's END blocks stop what it started), then takes lock_dir.
+sub begin_file {
+    my (@need) = @_;
+
+    require Test::More;
+    for my $v (map { "TEST_NGINX_$_" } 'BACKEND_PORT', @need) {
+        Test::More::plan(skip_all => "$v is not set: run with 'make test'")
+            unless $ENV{$v};
+    }
+
+    $SIG{INT} = $SIG{TERM} = sub { exit 1 };
+    lock_dir();
+}
+
 $SIG{PIPE} = 'IGNORE';
 
 # ------------------------------------------------------------------ misc
