@@ -51,12 +51,7 @@ sub http_conf {
                       query_timeout => '1s')
          . store_line('quick', $dbp, pool => 4, connect_timeout => '300ms',
                       query_timeout => '500ms')
-         . <<"HTTP";
-    upstream backend { server 127.0.0.1:$BACKEND_PORT; }
-
-    server {
-        listen 127.0.0.1:$port;
-
+         . server_block($port, <<"SERVER");
         add_header X-Idem \$idempotency_status always;
         proxy_read_timeout 30s;
 
@@ -103,8 +98,7 @@ sub http_conf {
             proxy_pass http://backend;
         }
         location = /metrics { idempotency_metrics; }
-    }
-HTTP
+SERVER
 }
 
 $ngx = IdemStress::Nginx->start(name => 'fault1', port => $P,

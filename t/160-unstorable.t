@@ -39,20 +39,14 @@ root_sql('SET GLOBAL max_allowed_packet = 524288');
 $ngx = IdemStress::Nginx->start(name => 'unstorable', port => $P,
     workers => 1,
     http => store_line('main', $ENV{TEST_NGINX_MYSQL_PORT}, pool => 4)
-          . <<"HTTP");
-    upstream backend { server 127.0.0.1:$BACKEND_PORT; }
-
-    server {
-        listen 127.0.0.1:$P;
-
+          . server_block($P, <<"SERVER"));
         location /orders {
             idempotency main;
             idempotency_max_response_size 8m;
             proxy_pass http://backend;
             add_header X-Idem \$idempotency_status always;
         }
-    }
-HTTP
+SERVER
 
 sub post {
     my ($uri, $key) = @_;

@@ -25,19 +25,14 @@ my $ngx;
 END { $ngx->stop if $ngx }
 
 $ngx = IdemStress::Nginx->start(name => 'stripe', port => $P,
-    http => store_line('main', $ENV{TEST_NGINX_MYSQL_PORT}) . <<"HTTP");
-    upstream backend { server 127.0.0.1:$BACKEND_PORT; }
-
-    server {
-        listen 127.0.0.1:$P;
-
+    http => store_line('main', $ENV{TEST_NGINX_MYSQL_PORT})
+          . server_block($P, <<"SERVER"));
         location /v1/ {
             idempotency main;
             proxy_pass http://backend;
             add_header X-Idem \$idempotency_status always;
         }
-    }
-HTTP
+SERVER
 
 {
     my $out = `node t/tools/stripe-retry.js $P '/v1/orders?delay=2500' 1000 8`;

@@ -146,14 +146,8 @@ my $locations = join '', map { <<"LOC" } sort keys %loc;
 LOC
 
 $ngx = IdemStress::Nginx->start(name => 'tls', port => $P, workers => 1,
-    http => join('', map { $loc{$_} } sort keys %loc) . <<"HTTP");
-    upstream backend { server 127.0.0.1:$BACKEND_PORT; }
-
-    server {
-        listen 127.0.0.1:$P;
-$locations
-    }
-HTTP
+    http => join('', map { $loc{$_} } sort keys %loc)
+            . server_block($P, $locations));
 
 sub post {
     my ($port, $uri, $key) = @_;
@@ -300,12 +294,7 @@ sub claim_and_ping {
     return ($?, $n, $worst, time - $t0);
 }
 
-my $slow_http = <<"HTTP";
-    upstream backend { server 127.0.0.1:$BACKEND_PORT; }
-
-    server {
-        listen 127.0.0.1:$P2;
-
+my $slow_http = server_block($P2, <<"SERVER");
         location /orders {
             idempotency slow;
             proxy_pass http://backend;
@@ -313,8 +302,7 @@ my $slow_http = <<"HTTP";
         }
 
         location = /ping { return 200 "pong\\n"; }
-    }
-HTTP
+SERVER
 
 # a query that waits (a locked table) on a TLS connection: SSL_read()
 # must suspend, not wait in the worker

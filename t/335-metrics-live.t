@@ -33,12 +33,7 @@ $ngx = IdemStress::Nginx->start(name => 'metrics', port => $P, workers => 2,
                        cache => 'idem_metrics:1m',
                        redis => "127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}",
                        secret => 'metrics-test-secret-0123456789')
-          . <<"HTTP");
-    upstream backend { server 127.0.0.1:$BACKEND_PORT; }
-
-    server {
-        listen 127.0.0.1:$P;
-
+          . server_block($P, <<"SERVER"));
         location /orders {
             idempotency main;
             idempotency_wait 10s;
@@ -46,8 +41,7 @@ $ngx = IdemStress::Nginx->start(name => 'metrics', port => $P, workers => 2,
         }
 
         location = /metrics { idempotency_metrics; }
-    }
-HTTP
+SERVER
 
 sub post {
     my ($key, $uri) = @_;

@@ -56,12 +56,7 @@ $ngx = IdemStress::Nginx->start(name => 'batches', port => $P, workers => 1,
           . store_line('noread', $ENV{TEST_NGINX_MYSQL_PORT},
                        user => 'idem_noread', password => 'noread',
                        purge => 'off')
-          . <<"HTTP");
-    upstream backend { server 127.0.0.1:$BACKEND_PORT; }
-
-    server {
-        listen 127.0.0.1:$P;
-
+          . server_block($P, <<"SERVER"));
         location /orders {
             idempotency main;
             proxy_pass http://backend;
@@ -74,8 +69,7 @@ $ngx = IdemStress::Nginx->start(name => 'batches', port => $P, workers => 1,
             proxy_pass http://backend/orders;
             add_header X-Idem \$idempotency_status always;
         }
-    }
-HTTP
+SERVER
 
 sub idem { IdemStress::hdr($_[0], 'X-Idem') // '-' }
 

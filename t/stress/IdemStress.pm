@@ -31,7 +31,8 @@ use Socket qw(PF_INET SOCK_STREAM SOL_SOCKET SO_ERROR SO_LINGER
 use Time::HiRes qw(time sleep);
 
 our @EXPORT = qw(port http_many http_one backend_count wait_for request_for
-                 pct_encode key_hash_hex key_id store_line summarize_burst
+                 pct_encode key_hash_hex key_id store_line server_block
+                 summarize_burst
                  $ROOT $BUILD $BACKEND_PORT $MODULE $NGINX);
 
 our $ROOT = abs_path(dirname(__FILE__) . '/../..');
@@ -204,6 +205,19 @@ sub mariadb {
     close $fh or die "mariadb failed ($?): " . ($stmt // '') . "\n";
 
     return $out // '';
+}
+
+# The http{} lines of an instance after its idempotency_store lines: the
+# test backend as upstream "backend", and a server on 127.0.0.1:$port
+# around $body (the server's own directives and its locations).
+sub server_block {
+    my ($port, $body) = @_;
+
+    return "    upstream backend { server 127.0.0.1:$BACKEND_PORT; }\n\n"
+         . "    server {\n"
+         . "        listen 127.0.0.1:$port;\n\n"
+         . $body
+         . "    }\n";
 }
 
 # ------------------------------------------------------------ HTTP client
