@@ -1,14 +1,16 @@
 package IdemStress;
 
 # Harness for the race and fault tests (t/100-races.t, t/110-faults.t and
-# `make stress`).  It starts its own nginx instances (own prefix under
-# build/stress/, own ports from 19000, master + workers), an optional
-# second private MariaDB, a load generator, and fires many concurrent HTTP
-# requests from one process with non-blocking sockets.  Core Perl only.
-# See docs/reliability.md.
+# `make stress`) and the other files that run their own nginx.  It starts
+# its own nginx instances (own prefix under build/stress/, own ports from
+# 19000, master + workers), an optional second private MariaDB, a load
+# generator, and fires many concurrent HTTP requests from one process with
+# non-blocking sockets.  Core Perl only.  See docs/reliability.md.
 #
+#   IdemStress::begin_file();
 #   my $ngx = IdemStress::Nginx->start(name => 'race1', port => port(81),
-#                                      http => $http_block);
+#       http => store_line('main', $ENV{TEST_NGINX_MYSQL_PORT})
+#               . server_block(port(81), $locations));
 #   my @res = http_many([ { port => port(81), method => 'POST',
 #                           uri => '/orders', key => 'k', body => 'x' } ]);
 #   backend_count('k');
@@ -145,6 +147,19 @@ sub store_line {
            . join(' ', map { "$_=$d{$_}" } sort keys %d) . ";\n";
 }
 
+# The http{} lines of an instance after its idempotency_store lines: the
+# test backend as upstream "backend", and a server on 127.0.0.1:$port
+# around $body (the server's own directives and its locations).
+sub server_block {
+    my ($port, $body) = @_;
+
+    return "    upstream backend { server 127.0.0.1:$BACKEND_PORT; }\n\n"
+         . "    server {\n"
+         . "        listen 127.0.0.1:$port;\n\n"
+         . $body
+         . "    }\n";
+}
+
 # ------------------------------------------------------------------- SQL
 
 # The mariadb client in batch mode, on the suite's database
@@ -205,19 +220,6 @@ sub mariadb {
     close $fh or die "mariadb failed ($?): " . ($stmt // '') . "\n";
 
     return $out // '';
-}
-
-# The http{} lines of an instance after its idempotency_store lines: the
-# test backend as upstream "backend", and a server on 127.0.0.1:$port
-# around $body (the server's own directives and its locations).
-sub server_block {
-    my ($port, $body) = @_;
-
-    return "    upstream backend { server 127.0.0.1:$BACKEND_PORT; }\n\n"
-         . "    server {\n"
-         . "        listen 127.0.0.1:$port;\n\n"
-         . $body
-         . "    }\n";
 }
 
 # ------------------------------------------------------------ HTTP client
