@@ -11,19 +11,13 @@ use IdemTest;
 
 no_shuffle();
 
-add_block_preprocessor(sub {
-    my $block = shift;
-
-    if (!defined $block->config) {
-        $block->set_value('config', orders_location(proxy_read_timeout => '1s',
-            add_header => 'X-Idem', count => 1) . <<'CONF');
+block_defaults(config => orders_location(proxy_read_timeout => '1s',
+    add_header => 'X-Idem', count => 1) . <<'CONF');
     location /down {
         idempotency main;
         proxy_pass http://127.0.0.1:1;
     }
 CONF
-    }
-});
 
 run_tests();
 
@@ -107,7 +101,7 @@ Idempotency-Key: t040-5
 
 === TEST 6: upstream reset mid-body: the outcome is unknown, a retry does not execute
 --- init
-system("curl -s -o /dev/null -X POST -H 'Idempotency-Key: t040-6' --data-binary x 'http://127.0.0.1:@{[port()]}/orders?reset=1'");
+curl_post('/orders?reset=1', 't040-6');
 select(undef, undef, undef, 0.5);
 --- more_headers
 Idempotency-Key: t040-6
@@ -124,7 +118,7 @@ Idempotency-Key: t040-6
 --- config eval
 IdemTest::orders_location(proxy_buffering => 'off', count => 1)
 --- init
-system("curl -s -o /dev/null -X POST -H 'Idempotency-Key: t040-7' --data-binary x 'http://127.0.0.1:@{[port()]}/orders?reset=1'");
+curl_post('/orders?reset=1', 't040-7');
 select(undef, undef, undef, 0.5);
 --- more_headers
 Idempotency-Key: t040-7
@@ -174,7 +168,7 @@ exceeds idempotency_max_response_size, not stored
 --- config eval
 IdemTest::orders_location(idempotency_lease => '10s', count => 1)
 --- init
-system("curl -s -o /dev/null --max-time 0.5 -X POST -H 'Idempotency-Key: t040-10' --data-binary x 'http://127.0.0.1:@{[port()]}/orders?delay=1500'");
+curl_post('/orders?delay=1500', 't040-10', '--max-time', '0.5');
 sleep 2;
 --- more_headers
 Idempotency-Key: t040-10
@@ -193,7 +187,7 @@ Idempotency-Key: t040-10
 --- config eval
 IdemTest::orders_location(proxy_buffering => 'off', count => 1)
 --- init
-system("curl -s -o /dev/null --max-time 0.7 -X POST -H 'Idempotency-Key: t040-11' --data-binary x 'http://127.0.0.1:@{[port()]}/orders?size=4000&slow_body=2000'");
+curl_post('/orders?size=4000&slow_body=2000', 't040-11', '--max-time', '0.7');
 sleep 2.5;
 --- more_headers
 Idempotency-Key: t040-11

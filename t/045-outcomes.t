@@ -208,7 +208,7 @@ Idempotency-Key: t045-7
     }
     location = /count { proxy_pass http://backend/__count; }
 --- init
-system("curl -s -o /dev/null --max-time 0.5 -X POST -H 'Idempotency-Key: t045-8' --data-binary x 'http://127.0.0.1:@{[port()]}/orders?delay=1500'");
+curl_post('/orders?delay=1500', 't045-8', '--max-time', '0.5');
 sleep 2;
 --- more_headers
 Idempotency-Key: t045-8

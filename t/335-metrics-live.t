@@ -15,11 +15,7 @@ use Time::HiRes qw(time sleep);
 use lib 't/stress';
 use IdemStress;
 
-plan skip_all => "TEST_NGINX_BACKEND_PORT is not set: run with 'make test'"
-    unless $ENV{TEST_NGINX_BACKEND_PORT} && $ENV{TEST_NGINX_REDIS_PORT};
-
-$SIG{INT} = $SIG{TERM} = sub { exit 1 };
-IdemStress::lock_dir();
+IdemStress::begin_file('REDIS_PORT');
 
 my $P = port(335);
 my $PROM = port(336);
@@ -37,12 +33,7 @@ $ngx = IdemStress::Nginx->start(name => 'metrics', port => $P, workers => 2,
                        cache => 'idem_metrics:1m',
                        redis => "127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}",
                        secret => 'metrics-test-secret-0123456789')
-          . <<"HTTP");
-    upstream backend { server 127.0.0.1:$BACKEND_PORT; }
-
-    server {
-        listen 127.0.0.1:$P;
-
+          . server_block($P, <<"SERVER"));
         location /orders {
             idempotency main;
             idempotency_wait 10s;
@@ -50,8 +41,7 @@ $ngx = IdemStress::Nginx->start(name => 'metrics', port => $P, workers => 2,
         }
 
         location = /metrics { idempotency_metrics; }
-    }
-HTTP
+SERVER
 
 sub post {
     my ($key, $uri) = @_;
