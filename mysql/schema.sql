@@ -8,7 +8,14 @@
 -- Times are UTC and always compared with the database's own clock.
 --
 -- state: 0 in progress (owner holds a lease), 1 completed (response
--- stored), 2 completed but the response was too large to store.
+-- stored), 2 completed but the response could not be stored, 3 outcome
+-- unknown (the request was sent upstream and no complete response came
+-- back: never run again, never replayed; docs/design.md, "Outcomes").
+--
+-- epoch: the claim's epoch, 1 for the first claim, one more for each
+-- takeover and each reclaim after retention; a backend that remembers
+-- the highest it has seen for a key can refuse a stale executor
+-- (idempotency_epoch_header).
 --
 -- One row is not a key: the purge lease (key_hash of 32 zero bytes,
 -- expires_at in 9999), which the nginx that purges expired rows holds
@@ -18,6 +25,7 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
     key_hash     BINARY(32)       NOT NULL,
     state        TINYINT UNSIGNED NOT NULL DEFAULT 0,
     owner        BINARY(16)       NOT NULL,
+    epoch        INT UNSIGNED     NOT NULL DEFAULT 1,
     fingerprint  BINARY(32)       NOT NULL,
     created_at   DATETIME(3)      NOT NULL,
     lease_until  DATETIME(3)      NOT NULL,
@@ -34,3 +42,9 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
 --
 --   ALTER TABLE idempotency_keys DROP COLUMN id, DROP INDEX uk_key_hash,
 --       ADD PRIMARY KEY (key_hash);
+--
+-- A table made before the claim epoch (no epoch column) needs it; the
+-- module's statements name it, so add it before upgrading the module:
+--
+--   ALTER TABLE idempotency_keys
+--       ADD COLUMN epoch INT UNSIGNED NOT NULL DEFAULT 1 AFTER owner;

@@ -364,6 +364,30 @@ ngx_http_idempotency_cache_put(ngx_shm_zone_t *zone, u_char *key_hash,
 }
 
 
+/* an operator forgot the key (admin.c): its response must not replay */
+
+ngx_int_t
+ngx_http_idempotency_cache_delete(ngx_shm_zone_t *zone, u_char *key_hash)
+{
+    ngx_http_idempotency_cache_t       *cache;
+    ngx_http_idempotency_cache_node_t  *cn;
+
+    cache = zone->data;
+
+    ngx_shmtx_lock(&cache->shpool->mutex);
+
+    cn = ngx_http_idempotency_cache_find(cache, key_hash);
+
+    if (cn) {
+        ngx_http_idempotency_cache_drop(cache, cn);
+    }
+
+    ngx_shmtx_unlock(&cache->shpool->mutex);
+
+    return cn ? NGX_OK : NGX_DECLINED;
+}
+
+
 ngx_int_t
 ngx_http_idempotency_cache_stats(ngx_shm_zone_t *zone,
     ngx_http_idempotency_cache_stats_t *st)

@@ -58,6 +58,10 @@ ngx_int_t ngx_http_idempotency_cache_get(ngx_shm_zone_t *zone,
 void ngx_http_idempotency_cache_put(ngx_shm_zone_t *zone, u_char *key_hash,
     time_t expires, u_char *entry, size_t len);
 
+/* removes the entry of key_hash: NGX_OK, or NGX_DECLINED if none */
+ngx_int_t ngx_http_idempotency_cache_delete(ngx_shm_zone_t *zone,
+    u_char *key_hash);
+
 typedef struct {
     size_t          size;
     size_t          used;

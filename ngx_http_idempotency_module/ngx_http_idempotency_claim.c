@@ -72,6 +72,8 @@ static ngx_int_t ngx_http_idempotency_verdict(ngx_http_request_t *r,
 static void ngx_http_idempotency_row_replay(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op,
     ngx_int_t ttl_s);
+static void ngx_http_idempotency_not_issued(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx);
 static ngx_int_t ngx_http_idempotency_hold_or_conflict(
     ngx_http_request_t *r, ngx_http_idempotency_ctx_t *ctx);
 static void ngx_http_idempotency_entry_verdict(ngx_http_request_t *r,
@@ -137,7 +139,9 @@ ngx_http_idempotency_claim(ngx_http_request_t *r,
 {
     ngx_uint_t  stmt;
 
-    stmt = (ctx->in_progress
+    /* an expired issued key may only be looked up: it must have a row */
+
+    stmt = (ctx->in_progress || ctx->expired_key
             || ctx->shard->existing > NGX_HTTP_IDEMPOTENCY_EXISTING_ONE / 2)
            ? NGX_HTTP_IDEMPOTENCY_STMT_READ : NGX_HTTP_IDEMPOTENCY_STMT_CLAIM;
 
@@ -172,6 +176,7 @@ ngx_http_idempotency_claim_step(ngx_http_request_t *r,
         cl.fingerprint = ctx->conf->fingerprint ? ctx->fingerprint : NULL;
         cl.lease = ctx->conf->lease;
         cl.ttl = ctx->conf->ttl;
+        cl.epoch = ctx->epoch;
 
         op = ngx_http_idempotency_sql_claim(ctx->shard, ngx_cycle->log, stmt,
                                             &cl);
@@ -297,6 +302,7 @@ ngx_http_idempotency_claim_next(ngx_http_request_t *r,
 
         if (op->affected_rows == 1) {
             /* the INSERT made the row: a new key, nothing was read */
+            ctx->epoch = 1;
             ngx_http_idempotency_won(r, ctx, ctx->conf->ttl,
                                      NGX_HTTP_IDEMPOTENCY_NEW);
             return 0;
@@ -313,6 +319,12 @@ ngx_http_idempotency_claim_next(ngx_http_request_t *r,
         }
 
         if (op->nrows == 0) {
+
+            if (ctx->expired_key) {
+                ngx_http_idempotency_not_issued(r, ctx);
+                return 0;
+            }
+
             /* no such key, or its owner's release deleted it since */
             return NGX_HTTP_IDEMPOTENCY_STMT_CLAIM;
         }
@@ -337,6 +349,9 @@ ngx_http_idempotency_claim_next(ngx_http_request_t *r,
             ctx->take = 0;
             return NGX_HTTP_IDEMPOTENCY_STMT_READ;
         }
+
+        /* the TAKE was conditional on the epoch read: it is one more */
+        ctx->epoch++;
 
         ngx_http_idempotency_won(r, ctx,
                                  (ctx->take == NGX_HTTP_IDEMPOTENCY_TAKE_LEASE)
@@ -483,6 +498,9 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
     /* the retention left, by the database's clock, in whole seconds */
     ttl_s = ngx_http_idempotency_field_int(&f[NGX_HTTP_IDEMPOTENCY_F_TTL_S]);
 
+    ctx->epoch = ngx_max(ngx_http_idempotency_field_int(
+                             &f[NGX_HTTP_IDEMPOTENCY_F_EPOCH]), 1);
+
     if (ctx->has_token
         && ngx_http_idempotency_field_is(&f[NGX_HTTP_IDEMPOTENCY_F_OWNER],
                                          ctx->token,
@@ -503,6 +521,13 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
     /* past retention, or its owner died: the TAKE decides */
 
     if (expired == 1) {
+
+        if (ctx->expired_key) {
+            /* past retention, the key would be used anew */
+            ngx_http_idempotency_not_issued(r, ctx);
+            return NGX_OK;
+        }
+
         ctx->take = NGX_HTTP_IDEMPOTENCY_TAKE_EXPIRED;
 
     } else if (same && dead == 1) {
@@ -530,6 +555,17 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
         ctx->problem = NGX_HTTP_IDEMPOTENCY_P_UNSTORED;
         ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
                                      NGX_HTTP_IDEMPOTENCY_UNSTORED);
+        return NGX_OK;
+    }
+
+    if (state == NGX_HTTP_IDEMPOTENCY_ROW_UNKNOWN) {
+
+        /* sent upstream, no complete response came back: it may have
+         * run, so it never runs again, and nothing is replayed */
+
+        ctx->problem = NGX_HTTP_IDEMPOTENCY_P_UNKNOWN;
+        ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
+                                     NGX_HTTP_IDEMPOTENCY_UNKNOWN);
         return NGX_OK;
     }
 
@@ -642,6 +678,25 @@ ngx_http_idempotency_hold_or_conflict(ngx_http_request_t *r,
 
 
 /*
+ * An issued key past its expiry that has no row (or whose row is past
+ * retention): this would be its first use, which the expiry bounds.
+ */
+
+static void
+ngx_http_idempotency_not_issued(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx)
+{
+    ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                  "idempotency: \"%V\" header: the key has expired",
+                  &ctx->conf->header);
+
+    ctx->problem = NGX_HTTP_IDEMPOTENCY_P_NOT_ISSUED;
+    ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
+                                 NGX_HTTP_IDEMPOTENCY_INVALID);
+}
+
+
+/*
  * A tier had the completed response: the same verdict MySQL would give
  * for a completed row, fingerprint first.
  */
@@ -677,6 +732,15 @@ ngx_http_idempotency_claim_failed(ngx_http_request_t *r,
     ngx_http_idempotency_loc_conf_t  *ilcf;
 
     ilcf = ctx->conf;
+
+    /* a write whose outcome is unknown may have made the key the
+     * request's: it is given back as soon as a connection can */
+
+    if (op->stmt != NGX_HTTP_IDEMPOTENCY_STMT_READ && ctx->has_token
+        && ngx_http_idempotency_op_unsure(op))
+    {
+        ngx_http_idempotency_release_unsure(ctx, op);
+    }
 
     switch (op->rc) {
 

@@ -46,6 +46,7 @@ typedef struct {
     ngx_http_idempotency_store_t   *store;
     ngx_http_idempotency_shard_t   *shard;
     ngx_http_idempotency_ctx_t     *ctx;       /* NULL once it ended */
+    ngx_uint_t                      state;     /* ROW_DONE, ... */
     ngx_http_idempotency_ctx_pt     done;      /* tells ctx the end */
     ngx_str_t                       record;    /* bound to the UPDATE */
     ngx_str_t                       key;
@@ -80,6 +81,12 @@ static void ngx_http_idempotency_job_run(ngx_event_t *ev);
 static void ngx_http_idempotency_job_ask(ngx_http_idempotency_job_t *job);
 static void ngx_http_idempotency_job_asked(ngx_http_idempotency_op_t *op);
 static void ngx_http_idempotency_job_done(ngx_http_idempotency_op_t *op);
+static void ngx_http_idempotency_job_failed(ngx_http_idempotency_job_t *job,
+    ngx_http_idempotency_op_t *op);
+static void ngx_http_idempotency_job_verify(ngx_http_idempotency_job_t *job);
+static void ngx_http_idempotency_job_verified(ngx_http_idempotency_op_t *op);
+static void ngx_http_idempotency_job_committed(
+    ngx_http_idempotency_job_t *job);
 static ngx_uint_t ngx_http_idempotency_job_repeats(
     ngx_http_idempotency_op_t *op);
 static void ngx_http_idempotency_job_tiers(ngx_http_idempotency_job_t *job);
@@ -88,20 +95,29 @@ static void ngx_http_idempotency_job_end(ngx_http_idempotency_job_t *job);
 
 ngx_int_t
 ngx_http_idempotency_complete(ngx_http_idempotency_ctx_t *ctx,
-    ngx_http_idempotency_ctx_pt done)
+    ngx_uint_t state, ngx_http_idempotency_ctx_pt done)
 {
     ngx_pool_t                  *pool;
     ngx_http_idempotency_job_t  *job;
 
-    pool = ctx->capture;
+    /* nothing captured (an outcome recorded as unknown): a pool of its
+     * own, which the job owns as it owns a capture */
 
-    job = ngx_pcalloc(pool, sizeof(ngx_http_idempotency_job_t));
+    pool = ctx->capture ? ctx->capture : ngx_create_pool(1024, ngx_cycle->log);
+
+    job = pool ? ngx_pcalloc(pool, sizeof(ngx_http_idempotency_job_t)) : NULL;
+
     if (job == NULL) {
+        if (pool && pool != ctx->capture) {
+            ngx_destroy_pool(pool);
+        }
+
         ngx_http_idempotency_release(ctx, "no memory");
         return NGX_ERROR;
     }
 
     job->pool = pool;
+    job->state = state;
     job->store = ctx->conf->store;
     job->shard = ctx->shard;
     job->status = ctx->resp_status;
@@ -120,10 +136,15 @@ ngx_http_idempotency_complete(ngx_http_idempotency_ctx_t *ctx,
                    NGX_HTTP_IDEMPOTENCY_HASH_LEN);
     }
 
-    if (!ctx->too_large) {
-        job->head = ctx->head;
-        job->body = ctx->body;
-        job->body_len = ctx->body_len;
+    if (state == NGX_HTTP_IDEMPOTENCY_ROW_DONE) {
+        if (ctx->too_large) {
+            job->state = NGX_HTTP_IDEMPOTENCY_ROW_UNSTORED;
+
+        } else {
+            job->head = ctx->head;
+            job->body = ctx->body;
+            job->body_len = ctx->body_len;
+        }
     }
 
     job->key.data = ngx_pstrdup(pool, &ctx->key_id);
@@ -148,6 +169,10 @@ ngx_http_idempotency_complete(ngx_http_idempotency_ctx_t *ctx,
     job->lease.key_hash = job->key_hash;
     job->lease.token = job->token;
     job->lease.log = ngx_cycle->log;
+
+    /* a renewal that lands after the write committed changes no row:
+     * the write's own result tells whether the lease was lost */
+    job->lease.quiet = 1;
 
     ngx_http_idempotency_handed_over(ctx);
     ngx_http_idempotency_lease_start(&job->lease);
@@ -233,6 +258,7 @@ ngx_http_idempotency_job_unstored(ngx_http_idempotency_job_t *job,
     job->head.len = 0;
     job->body = NULL;
     job->body_len = 0;
+    job->state = NGX_HTTP_IDEMPOTENCY_ROW_UNSTORED;
 }
 
 
@@ -274,7 +300,7 @@ ngx_http_idempotency_job_run(ngx_event_t *ev)
 
     op = ngx_http_idempotency_sql_complete(shard, ngx_cycle->log,
                                            job->key_hash, job->token,
-                                           job->status,
+                                           job->state, job->status,
                                            job->record.len ? &job->record
                                                            : NULL);
     if (op == NULL) {
@@ -340,30 +366,20 @@ ngx_http_idempotency_job_asked(ngx_http_idempotency_op_t *op)
 static void
 ngx_http_idempotency_job_done(ngx_http_idempotency_op_t *op)
 {
-    ngx_http_idempotency_job_t    *job;
-    ngx_http_idempotency_shard_t  *shard;
+    ngx_http_idempotency_job_t  *job;
 
     job = op->data;
-    shard = job->shard;
 
     if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK) {
 
         if (op->affected_rows == 0) {
-            ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
-                          "idempotency store \"%V\" mysql=%V: response of "
-                          "key %V not stored: the key is no longer "
-                          "held by its request (lease lost)",
-                          &shard->store->name, &shard->name, &job->key);
-
-            ngx_http_idempotency_metric(shard->store, lease_losses);
-
-        } else if (job->head.len == 0) {
-            ngx_http_idempotency_metric(shard->store, unstored);
-
-        } else {
-            ngx_http_idempotency_job_tiers(job);
+            /* lost, or committed already (a batch's statement that is
+             * run again changes nothing): the row says which */
+            ngx_http_idempotency_job_verify(job);
+            return;
         }
 
+        ngx_http_idempotency_job_committed(job);
         ngx_http_idempotency_job_end(job);
         return;
     }
@@ -388,12 +404,24 @@ ngx_http_idempotency_job_done(ngx_http_idempotency_op_t *op)
         return;
     }
 
-    /*
-     * The UPDATE is conditional on the owner token: running it again is
-     * harmless, so every other failure (a lost connection, KILL QUERY, a
-     * lock wait timeout, the store away) is retried while the lease is
-     * kept alive.
-     */
+    ngx_http_idempotency_job_failed(job, op);
+}
+
+
+/*
+ * The UPDATE is conditional on the owner token: running it again is
+ * harmless, so every other failure (a lost connection, KILL QUERY, a
+ * lock wait timeout, the store away) is retried while the lease is
+ * kept alive.
+ */
+
+static void
+ngx_http_idempotency_job_failed(ngx_http_idempotency_job_t *job,
+    ngx_http_idempotency_op_t *op)
+{
+    ngx_http_idempotency_shard_t  *shard;
+
+    shard = job->shard;
 
     if ((ngx_msec_int_t) (job->deadline - ngx_current_msec) > 0) {
         ngx_http_idempotency_metric(shard->store, completion_retries);
@@ -423,6 +451,90 @@ ngx_http_idempotency_job_done(ngx_http_idempotency_op_t *op)
 }
 
 
+/* the write changed no row: is the row ours, and as the job wrote it? */
+
+static void
+ngx_http_idempotency_job_verify(ngx_http_idempotency_job_t *job)
+{
+    ngx_http_idempotency_op_t  *op;
+
+    op = ngx_http_idempotency_sql_owner(job->shard, ngx_cycle->log,
+                                        job->key_hash, job->token);
+    if (op == NULL) {
+        ngx_http_idempotency_job_end(job);
+        return;
+    }
+
+    op->urgent = 1;
+    op->handler = ngx_http_idempotency_job_verified;
+    op->data = job;
+
+    ngx_http_idempotency_op_run(op);
+}
+
+
+static void
+ngx_http_idempotency_job_verified(ngx_http_idempotency_op_t *op)
+{
+    ngx_http_idempotency_job_t    *job;
+    ngx_http_idempotency_shard_t  *shard;
+
+    job = op->data;
+    shard = job->shard;
+
+    if (op->rc != NGX_HTTP_IDEMPOTENCY_OP_OK) {
+        ngx_http_idempotency_job_failed(job, op);
+        return;
+    }
+
+    if (op->nrows == 1
+        && ngx_http_idempotency_field_int(&op->fields[0])
+           == (ngx_int_t) job->state
+        && ngx_http_idempotency_field_int(&op->fields[1]) == 1)
+    {
+        ngx_http_idempotency_job_committed(job);
+
+    } else {
+        ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
+                      "idempotency store \"%V\" mysql=%V: response of "
+                      "key %V not stored: the key is no longer "
+                      "held by its request (lease lost)",
+                      &shard->store->name, &shard->name, &job->key);
+
+        ngx_http_idempotency_metric(shard->store, lease_losses);
+    }
+
+    ngx_http_idempotency_job_end(job);
+}
+
+
+/* the row is as the job wrote it: tell the tiers, the held duplicates */
+
+static void
+ngx_http_idempotency_job_committed(ngx_http_idempotency_job_t *job)
+{
+    switch (job->state) {
+
+    case NGX_HTTP_IDEMPOTENCY_ROW_DONE:
+        ngx_http_idempotency_job_tiers(job);
+        break;
+
+    case NGX_HTTP_IDEMPOTENCY_ROW_UNSTORED:
+        ngx_http_idempotency_metric(job->store, unstored);
+        break;
+
+    default: /* NGX_HTTP_IDEMPOTENCY_ROW_UNKNOWN */
+        ngx_http_idempotency_metric(job->store, unknown);
+        break;
+    }
+
+    /* the row never changes again within its retention: the duplicates
+     * this worker holds may look again at once */
+
+    ngx_http_idempotency_hold_wake(job->store, job->key_hash);
+}
+
+
 /* a refusal that the same statement would get again */
 
 static ngx_uint_t
@@ -448,8 +560,7 @@ ngx_http_idempotency_job_repeats(ngx_http_idempotency_op_t *op)
 
 /*
  * The row is completed now, and never changes again within its
- * retention: the tiers may serve it, and the duplicates this worker
- * holds may look again at once.
+ * retention: the tiers may serve it.
  */
 
 static void
@@ -481,8 +592,6 @@ ngx_http_idempotency_job_tiers(ngx_http_idempotency_job_t *job)
                                       job->head.len + sizeof(blen)
                                       + job->body_len);
     }
-
-    ngx_http_idempotency_hold_wake(job->store, job->key_hash);
 }
 
 

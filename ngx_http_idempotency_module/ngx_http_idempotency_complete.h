@@ -12,13 +12,15 @@
 
 
 /*
- * Takes the capture over (ctx->capture becomes NULL) and the claim with
- * it, and writes the record.  done() tells the request once the write
+ * Takes the capture over (ctx->capture becomes NULL, if there is one) and
+ * the claim with it, and writes the key's row in its final state: the
+ * captured response (ROW_DONE; without one, or too large, ROW_UNSTORED),
+ * ROW_UNSTORED, or ROW_UNKNOWN.  done() tells the request once the write
  * has ended, unless the request ended first.  NGX_ERROR: the key was
  * released instead.
  */
 ngx_int_t ngx_http_idempotency_complete(ngx_http_idempotency_ctx_t *ctx,
-    ngx_http_idempotency_ctx_pt done);
+    ngx_uint_t state, ngx_http_idempotency_ctx_pt done);
 
 /* the request ends: the write goes on without it */
 void ngx_http_idempotency_complete_detach(ngx_http_idempotency_ctx_t *ctx);

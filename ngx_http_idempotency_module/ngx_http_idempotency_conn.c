@@ -15,6 +15,16 @@
 #include "ngx_http_idempotency_conn.h"
 
 
+/* keepalive probes of an idle store connection, seconds */
+#define NGX_HTTP_IDEMPOTENCY_KEEPIDLE   10
+#define NGX_HTTP_IDEMPOTENCY_KEEPINTVL  2
+#define NGX_HTTP_IDEMPOTENCY_KEEPCNT    3
+
+
+static void ngx_http_idempotency_conn_keepalive(ngx_socket_t fd,
+    ngx_log_t *log);
+
+
 ngx_connection_t *
 ngx_http_idempotency_conn_wrap(ngx_socket_t fd, void *data,
     ngx_event_handler_pt read, ngx_event_handler_pt write, ngx_log_t *log)
@@ -34,7 +44,53 @@ ngx_http_idempotency_conn_wrap(ngx_socket_t fd, void *data,
     c->read->log = log;
     c->write->log = log;
 
+    ngx_http_idempotency_conn_keepalive(fd, log);
+
     return c;
+}
+
+
+/*
+ * TCP keepalive on a store connection: an idle one that a silent
+ * partition cut (no RST, no FIN) is found dead in about 16 s and closed,
+ * rather than kept until an operation waits on it for its whole
+ * timeout.  Operations have their own deadlines; this is for the idle.
+ * A unix socket has none of it, and says so.
+ */
+
+static void
+ngx_http_idempotency_conn_keepalive(ngx_socket_t fd, ngx_log_t *log)
+{
+    int  on;
+#if (NGX_HAVE_KEEPALIVE_TUNABLE)
+    int  idle, intvl, cnt;
+#endif
+
+    on = 1;
+
+    if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, (const void *) &on,
+                   sizeof(int))
+        == -1)
+    {
+        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, log, ngx_socket_errno,
+                       "idempotency: no keepalive on the store socket");
+        return;
+    }
+
+#if (NGX_HAVE_KEEPALIVE_TUNABLE)
+
+    idle = NGX_HTTP_IDEMPOTENCY_KEEPIDLE;
+    intvl = NGX_HTTP_IDEMPOTENCY_KEEPINTVL;
+    cnt = NGX_HTTP_IDEMPOTENCY_KEEPCNT;
+
+    (void) setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, (const void *) &idle,
+                      sizeof(int));
+    (void) setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, (const void *) &intvl,
+                      sizeof(int));
+    (void) setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, (const void *) &cnt,
+                      sizeof(int));
+
+#endif
 }
 
 

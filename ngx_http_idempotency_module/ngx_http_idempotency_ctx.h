@@ -73,12 +73,14 @@ struct ngx_http_idempotency_ctx_s {
     ngx_uint_t                         tries;      /* claim steps */
     ngx_uint_t                         lost;       /* of them: 1213 */
     ngx_uint_t                         take;       /* READ said: TAKE_* */
+    ngx_uint_t                         epoch;      /* of the claim */
     time_t                             take_ttl;   /* retention it said */
     ngx_msec_t                         wait_until;
     ngx_msec_t                         poll_delay;
     ngx_event_t                        wait_ev;
     ngx_event_t                        resume_ev;
     ngx_event_t                        hash_ev;    /* next body slice */
+    ngx_event_t                        guard_ev;   /* filter.c's guard */
     ngx_http_idempotency_fp_t          fp;
 
     ngx_pool_t                        *replay_pool;
@@ -105,6 +107,7 @@ struct ngx_http_idempotency_ctx_s {
 
     /* the completion write, and the end of the response waiting for it */
     void                              *job;
+    ngx_http_event_handler_pt          downstream; /* filter.c wraps it */
     ngx_chain_t                       *deferred;  /* end of response */
     ngx_event_t                        defer_ev;
 
@@ -119,6 +122,8 @@ struct ngx_http_idempotency_ctx_s {
     unsigned                           held:1;     /* in the waiter list */
     unsigned                           woken:1;    /* by the owner's end */
     unsigned                           has_token:1;
+    unsigned                           header_deferred:1;
+    unsigned                           expired_key:1; /* issued, expired */
 
     u_char                key_hash[NGX_HTTP_IDEMPOTENCY_HASH_LEN];
     u_char                key_id_data[NGX_HTTP_IDEMPOTENCY_KEY_ID_LEN];

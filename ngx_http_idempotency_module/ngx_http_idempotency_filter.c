@@ -2,23 +2,30 @@
 /*
  * ngx_http_idempotency_module: the capture filters.
  *
- * For a request that won its claim, the header filter records the status
- * and headers and the body filter copies each buffer before passing it
- * on.  Once the whole response is captured, the completion job writes it
- * (complete.c), and the end of the response is held back until that
- * write is committed: a client that has the response and repeats the
- * request is always answered by the replay, never by 409.
+ * For a request that won its claim, the header filter decides what the
+ * response is (outcome.c): the backend's answer, which is captured;
+ * nginx's own page for a request that never reached an upstream, and
+ * the key is given back; or nginx's page for one that did and got no
+ * complete answer, and the outcome is recorded as unknown.  The body
+ * filter copies each buffer of a captured response before passing it on.
+ * Once the whole response is captured, the completion job writes it
+ * (complete.c), and the end of the response (the header itself, for a
+ * response without a body) is held back until that write is committed:
+ * a client that has the response and repeats the request is always
+ * answered by the replay, never by 409.
  *
  * A client that goes away does not end the exchange: the location's
- * upstream ignores client aborts (module.c), and these filters hide a
- * failed write to the client from the upstream module, so that it reads
- * the response to its end, and the capture stores it for the retry.
+ * upstream ignores client aborts (module.c), these filters hide a failed
+ * write to the client from the upstream module, and a client that stops
+ * reading counts as gone rather than timing the upstream out, so that
+ * the upstream is read to its end and the response stored for the retry.
  */
 
 
 #include "ngx_http_idempotency_filter.h"
 #include "ngx_http_idempotency_owner.h"
 #include "ngx_http_idempotency_complete.h"
+#include "ngx_http_idempotency_outcome.h"
 
 
 /* how long the end of a response waits for its completion */
@@ -40,12 +47,22 @@
 static ngx_int_t ngx_http_idempotency_header_filter(ngx_http_request_t *r);
 static ngx_int_t ngx_http_idempotency_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
+static ngx_int_t ngx_http_idempotency_capture_start(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx);
+static ngx_uint_t ngx_http_idempotency_header_only(ngx_http_request_t *r);
+static void ngx_http_idempotency_replaced(ngx_http_idempotency_ctx_t *ctx,
+    ngx_uint_t status);
+static ngx_int_t ngx_http_idempotency_unsure(ngx_http_idempotency_ctx_t *ctx,
+    const char *why);
+static void ngx_http_idempotency_downstream_handler(ngx_http_request_t *r);
+static void ngx_http_idempotency_guard_handler(ngx_event_t *ev);
 static ngx_int_t ngx_http_idempotency_capture_chain(
     ngx_http_idempotency_ctx_t *ctx, ngx_chain_t *in);
 static ngx_int_t ngx_http_idempotency_capture(ngx_http_idempotency_ctx_t *ctx,
     u_char *data, size_t size);
 static void ngx_http_idempotency_captured(ngx_http_idempotency_ctx_t *ctx,
     ngx_uint_t last);
+static void ngx_http_idempotency_defer_start(ngx_http_idempotency_ctx_t *ctx);
 static ngx_int_t ngx_http_idempotency_defer(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_chain_t *in);
 static void ngx_http_idempotency_defer_timeout(ngx_event_t *ev);
@@ -83,11 +100,9 @@ ngx_http_idempotency_filter_init(ngx_conf_t *cf)
 static ngx_int_t
 ngx_http_idempotency_header_filter(ngx_http_request_t *r)
 {
-    ngx_int_t                         rc;
-    ngx_uint_t                        status;
-    ngx_pool_cleanup_t               *cln;
-    ngx_http_idempotency_ctx_t       *ctx;
-    ngx_http_idempotency_loc_conf_t  *ilcf;
+    ngx_int_t                    rc;
+    ngx_uint_t                   status;
+    ngx_http_idempotency_ctx_t  *ctx;
 
     if (r != r->main) {
         return ngx_http_next_header_filter(r);
@@ -100,27 +115,107 @@ ngx_http_idempotency_header_filter(ngx_http_request_t *r)
     }
 
     ctx->capture_seen = 1;
-    ilcf = ctx->conf;
+
+    switch (ngx_http_idempotency_outcome(r, &status)) {
+
+    case NGX_HTTP_IDEMPOTENCY_NOT_SENT:
+        ngx_http_idempotency_release(ctx, "not sent upstream");
+        return ngx_http_next_header_filter(r);
+
+    case NGX_HTTP_IDEMPOTENCY_UNSURE:
+
+        /* nginx's own page (a gateway timeout, a reset, an invalid
+         * header): the first client gets it, a retry learns the outcome
+         * is unknown once it is recorded */
+
+        if (ngx_http_idempotency_unsure(ctx, "no complete response came "
+                                        "back from the upstream")
+            == NGX_OK
+            && !r->connection->error)
+        {
+            ngx_http_idempotency_defer_start(ctx);
+        }
+
+        return ngx_http_next_header_filter(r);
+
+    case NGX_HTTP_IDEMPOTENCY_REPLACED:
+        ngx_http_idempotency_replaced(ctx, status);
+        return ngx_http_next_header_filter(r);
+
+    default: /* NGX_HTTP_IDEMPOTENCY_ANSWERED */
+        break;
+    }
+
     status = r->headers_out.status;
 
-    /*
-     * Not the backend's answer to keep: a 5xx (unless asked to), or a
-     * page nginx made through error_page.  The key is given back so that
-     * a retry executes again.
-     */
+    /* a 5xx (unless asked to keep it): the key is given back, so that a
+     * retry executes again; an interim status is nothing to keep */
 
     if (status < NGX_HTTP_OK
-        || (status >= NGX_HTTP_INTERNAL_SERVER_ERROR && !ilcf->store_5xx)
-        || r->error_page)
+        || (status >= NGX_HTTP_INTERNAL_SERVER_ERROR
+            && !ctx->conf->store_5xx))
     {
         ngx_http_idempotency_release(ctx, "response not kept");
         return ngx_http_next_header_filter(r);
     }
 
-    ctx->capture = ngx_create_pool(4096, ngx_cycle->log);
-    if (ctx->capture == NULL) {
+    if (ngx_http_idempotency_capture_start(r, ctx) != NGX_OK) {
         ngx_http_idempotency_release(ctx, "no memory");
         return ngx_http_next_header_filter(r);
+    }
+
+    if (ngx_http_idempotency_header_only(r)) {
+
+        /*
+         * No body follows: the response is complete now, and its header
+         * waits for the completion like the end of any response (over
+         * HTTP/2 the header would end the stream).
+         */
+
+        ngx_http_idempotency_captured(ctx, 1);
+
+        if (ctx->gone) {
+            return NGX_OK;
+        }
+
+        if (ctx->job && ctx->deferring) {
+            ctx->header_deferred = 1;
+            r->buffered |= NGX_HTTP_IDEMPOTENCY_BUFFERED;
+            return NGX_OK;
+        }
+
+        return ngx_http_next_header_filter(r);
+    }
+
+    if (r->connection->error) {
+        ctx->gone = 1;
+        return NGX_OK;
+    }
+
+    rc = ngx_http_next_header_filter(r);
+
+    if (rc == NGX_ERROR) {
+        /* the upstream goes on: the response is still stored */
+        ngx_http_idempotency_client_gone(r, ctx, NULL);
+        rc = NGX_OK;
+    }
+
+    return rc;
+}
+
+
+/* the response is the backend's: its status and headers, recorded */
+
+static ngx_int_t
+ngx_http_idempotency_capture_start(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx)
+{
+    ngx_int_t            rc;
+    ngx_pool_cleanup_t  *cln;
+
+    ctx->capture = ngx_create_pool(4096, ngx_cycle->log);
+    if (ctx->capture == NULL) {
+        return NGX_ERROR;
     }
 
     /* what the capture charges is given back with its pool, by whoever
@@ -128,20 +223,19 @@ ngx_http_idempotency_header_filter(ngx_http_request_t *r)
 
     cln = ngx_pool_cleanup_add(ctx->capture, sizeof(size_t));
     if (cln == NULL) {
-        ngx_http_idempotency_release(ctx, "no memory");
-        return ngx_http_next_header_filter(r);
+        return NGX_ERROR;
     }
 
     ctx->charged = cln->data;
     *ctx->charged = 0;
     cln->handler = ngx_http_idempotency_uncharge;
 
-    rc = ngx_http_idempotency_record_head(r, ctx->capture, ilcf->skip_headers,
+    rc = ngx_http_idempotency_record_head(r, ctx->capture,
+                                          ctx->conf->skip_headers,
                                           &ctx->head);
 
     if (rc == NGX_ERROR) {
-        ngx_http_idempotency_release(ctx, "headers not recordable");
-        return ngx_http_next_header_filter(r);
+        return NGX_ERROR;
     }
 
     if (rc == NGX_DECLINED) {
@@ -155,33 +249,103 @@ ngx_http_idempotency_header_filter(ngx_http_request_t *r)
         ctx->too_large = 1;
     }
 
-    ctx->resp_status = status;
+    ctx->resp_status = r->headers_out.status;
     ctx->expect_len = r->headers_out.content_length_n;
     ctx->capturing = 1;
 
     /* file buffers reach this filter read into memory */
     r->filter_need_in_memory = 1;
 
-    if (r->connection->error) {
-        ctx->gone = 1;
-        rc = NGX_OK;
+    return NGX_OK;
+}
 
-    } else {
-        rc = ngx_http_next_header_filter(r);
 
-        if (rc == NGX_ERROR) {
-            /* the upstream goes on: the response is still stored */
-            ngx_http_idempotency_client_gone(r, ctx, NULL);
-            rc = NGX_OK;
-        }
+/* a response with no body: a header-only status, or a HEAD request */
+
+static ngx_uint_t
+ngx_http_idempotency_header_only(ngx_http_request_t *r)
+{
+    return r->header_only
+           || r->method == NGX_HTTP_HEAD
+           || r->headers_out.status == NGX_HTTP_NO_CONTENT
+           || r->headers_out.status == NGX_HTTP_NOT_MODIFIED;
+}
+
+
+/*
+ * The backend answered, and nginx sends a page of its own instead
+ * (proxy_intercept_errors with error_page): a failure it reported is
+ * given back, as for a 5xx it sends; otherwise it executed, and its
+ * answer is not there to store.
+ */
+
+static void
+ngx_http_idempotency_replaced(ngx_http_idempotency_ctx_t *ctx,
+    ngx_uint_t status)
+{
+    if (status >= NGX_HTTP_INTERNAL_SERVER_ERROR && !ctx->conf->store_5xx) {
+        ngx_http_idempotency_release(ctx, "response not kept");
+        return;
     }
 
-    if (r->header_only && ctx->capturing) {
-        /* no body filter call follows a header-only response */
-        ngx_http_idempotency_captured(ctx, 1);
+    ngx_log_error(NGX_LOG_INFO, ctx->request->connection->log, 0,
+                  "idempotency: the backend answered key %V with %ui and "
+                  "error_page replaced its response: recorded as "
+                  "executed, not stored", &ctx->key_id, status);
+
+    ctx->resp_status = status;
+
+    (void) ngx_http_idempotency_complete(ctx, NGX_HTTP_IDEMPOTENCY_ROW_UNSTORED,
+                                         ngx_http_idempotency_committed);
+}
+
+
+/*
+ * The request was sent upstream and no complete response came back:
+ * whether the backend executed it is unknown.  The key is recorded so
+ * (retries get "outcome-unknown" and it never runs again), or, with
+ * "idempotency_on_unknown_outcome release", given back.
+ */
+
+void
+ngx_http_idempotency_filter_unsure(ngx_http_idempotency_ctx_t *ctx,
+    const char *why)
+{
+    (void) ngx_http_idempotency_unsure(ctx, why);
+}
+
+
+/* NGX_OK: a write records the outcome as unknown */
+
+static ngx_int_t
+ngx_http_idempotency_unsure(ngx_http_idempotency_ctx_t *ctx,
+    const char *why)
+{
+    ngx_http_request_t  *r;
+
+    r = ctx->request;
+
+    ctx->capturing = 0;
+
+    if (ctx->conf->on_unknown == NGX_HTTP_IDEMPOTENCY_UNKNOWN_RELEASE) {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "idempotency: key %V released: %s "
+                      "(idempotency_on_unknown_outcome release)",
+                      &ctx->key_id, why);
+        ngx_http_idempotency_release(ctx, why);
+        return NGX_DECLINED;
     }
 
-    return rc;
+    ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                  "idempotency: key %V: %s; its outcome is unknown, and it "
+                  "is not executed again", &ctx->key_id, why);
+
+    ctx->resp_status = r->err_status ? (ngx_uint_t) r->err_status
+                                     : r->headers_out.status;
+
+    return ngx_http_idempotency_complete(ctx,
+                                         NGX_HTTP_IDEMPOTENCY_ROW_UNKNOWN,
+                                         ngx_http_idempotency_committed);
 }
 
 
@@ -198,8 +362,20 @@ ngx_http_idempotency_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 
     ctx = ngx_http_idempotency_get_ctx(r);
 
-    if (ctx == NULL || !(ctx->capturing || ctx->deferred || ctx->gone)) {
+    if (ctx == NULL
+        || !(ctx->capturing || ctx->deferring || ctx->deferred
+             || ctx->header_deferred || ctx->gone))
+    {
         return ngx_http_next_body_filter(r, in);
+    }
+
+    /* a client that stops reading is a client that left (see below) */
+
+    if (ctx->capturing && r->write_event_handler
+                          != ngx_http_idempotency_downstream_handler)
+    {
+        ctx->downstream = r->write_event_handler;
+        r->write_event_handler = ngx_http_idempotency_downstream_handler;
     }
 
     /* copy before passing on: later filters consume the buffers */
@@ -217,6 +393,25 @@ ngx_http_idempotency_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 
     if (ctx->job && ctx->deferring) {
         return ngx_http_idempotency_defer(r, ctx, in);
+    }
+
+    if (ctx->header_deferred) {
+
+        /* stored: the header of a response without a body goes out; its
+         * end is the header itself, or the empty last buffer held */
+
+        ctx->header_deferred = 0;
+        r->buffered &= ~NGX_HTTP_IDEMPOTENCY_BUFFERED;
+
+        rc = ngx_http_next_header_filter(r);
+
+        if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+            ngx_http_idempotency_consume(ctx->deferred);
+            ngx_http_idempotency_consume(in);
+            ctx->deferred = NULL;
+
+            return (rc == NGX_ERROR || rc > NGX_OK) ? NGX_ERROR : rc;
+        }
     }
 
     if (ctx->deferred) {
@@ -238,6 +433,39 @@ ngx_http_idempotency_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
     }
 
     return rc;
+}
+
+
+/*
+ * The downstream write handler of a captured response (the upstream's,
+ * or ngx_http_writer).  When the client has not read for send_timeout,
+ * the upstream module would cut the upstream off: instead the client
+ * counts as gone, the filters swallow what is left, and the exchange
+ * with the upstream goes on to its end, so that its response is stored.
+ */
+
+static void
+ngx_http_idempotency_downstream_handler(ngx_http_request_t *r)
+{
+    ngx_event_t                 *wev;
+    ngx_http_idempotency_ctx_t  *ctx;
+
+    ctx = ngx_http_idempotency_get_ctx(r);
+    wev = r->connection->write;
+
+    if (ctx->capturing && !ctx->gone && wev->timedout) {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, NGX_ETIMEDOUT,
+                      "idempotency: client of key %V stopped reading",
+                      &ctx->key_id);
+
+        wev->timedout = 0;
+        ngx_http_idempotency_client_gone(r, ctx, NULL);
+
+        /* what the upstream module holds goes to the filters at once */
+        wev->ready = 1;
+    }
+
+    ctx->downstream(r);
 }
 
 
@@ -263,9 +491,10 @@ ngx_http_idempotency_capture_chain(ngx_http_idempotency_ctx_t *ctx,
             if (size
                 && ngx_http_idempotency_capture(ctx, b->pos, size) != NGX_OK)
             {
-                ctx->capturing = 0;
-                ngx_http_idempotency_release(ctx, "no memory");
-                return 0;
+                /* it ran: recorded as executed, not stored */
+                ctx->too_large = 1;
+                ctx->body = NULL;
+                ctx->tail = NULL;
             }
         }
 
@@ -427,16 +656,36 @@ ngx_http_idempotency_captured(ngx_http_idempotency_ctx_t *ctx,
     if (ctx->expect_len >= 0 && (off_t) ctx->body_len != ctx->expect_len) {
         ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
                       "idempotency: response of key %V was truncated "
-                      "(%uz of %O bytes), key released",
+                      "(%uz of %O bytes)",
                       &ctx->key_id, ctx->body_len, ctx->expect_len);
-        ngx_http_idempotency_release(ctx, "truncated response");
+
+        if (ngx_http_idempotency_unsure(ctx, "its response was truncated")
+            != NGX_OK)
+        {
+            return;
+        }
+
+    } else if (ngx_http_idempotency_complete(ctx,
+                                             NGX_HTTP_IDEMPOTENCY_ROW_DONE,
+                                             ngx_http_idempotency_committed)
+               != NGX_OK)
+    {
         return;
     }
 
-    if (ngx_http_idempotency_complete(ctx, ngx_http_idempotency_committed)
-        != NGX_OK
-        || ctx->gone || r->header_only)
-    {
+    if (!ctx->gone) {
+        ngx_http_idempotency_defer_start(ctx);
+    }
+}
+
+
+/* the end of the response waits for the completion, for a while */
+
+static void
+ngx_http_idempotency_defer_start(ngx_http_idempotency_ctx_t *ctx)
+{
+    if (ctx->job == NULL) {
+        /* the write ended at once */
         return;
     }
 
@@ -444,7 +693,7 @@ ngx_http_idempotency_captured(ngx_http_idempotency_ctx_t *ctx,
 
     ctx->defer_ev.handler = ngx_http_idempotency_defer_timeout;
     ctx->defer_ev.data = ctx;
-    ctx->defer_ev.log = r->connection->log;
+    ctx->defer_ev.log = ctx->request->connection->log;
 
     ngx_add_timer(&ctx->defer_ev, ngx_http_idempotency_defer_time(ctx));
 }
@@ -516,7 +765,7 @@ ngx_http_idempotency_send_deferred(ngx_http_idempotency_ctx_t *ctx)
 
     ctx->deferring = 0;
 
-    if (ctx->deferred == NULL) {
+    if (ctx->deferred == NULL && !ctx->header_deferred) {
         return;
     }
 
@@ -548,29 +797,81 @@ ngx_http_idempotency_send_deferred_handler(ngx_event_t *ev)
 
 
 void
-ngx_http_idempotency_filter_abandon(ngx_http_idempotency_ctx_t *ctx)
-{
-    ngx_log_error(NGX_LOG_INFO, ctx->request->connection->log, 0,
-                  "idempotency: the response of key %V ended before "
-                  "its end with its client gone: recorded as executed, "
-                  "not stored", &ctx->key_id);
-
-    ctx->capturing = 0;
-    ctx->too_large = 1;
-    ctx->body = NULL;
-    ctx->tail = NULL;
-
-    (void) ngx_http_idempotency_complete(ctx,
-                                         ngx_http_idempotency_committed);
-}
-
-
-void
 ngx_http_idempotency_filter_cleanup(ngx_http_idempotency_ctx_t *ctx)
 {
     if (ctx->defer_ev.timer_set) {
         ngx_del_timer(&ctx->defer_ev);
     }
+
+    if (ctx->guard_ev.posted) {
+        ngx_delete_posted_event(&ctx->guard_ev);
+    }
+}
+
+
+/*
+ * A forwarded request that an internal redirect (error_page, try_files)
+ * takes to a location of its own: once that location's content handler
+ * has started its upstream, the upstream ignores the client's abort for
+ * this request too, as in a location with a store (module.c).
+ */
+
+void
+ngx_http_idempotency_filter_guard(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx)
+{
+    if (ctx->guard_ev.posted) {
+        return;
+    }
+
+    ctx->guard_ev.handler = ngx_http_idempotency_guard_handler;
+    ctx->guard_ev.data = ctx;
+    ctx->guard_ev.log = r->connection->log;
+
+    ngx_post_event(&ctx->guard_ev, &ngx_posted_events);
+}
+
+
+static void
+ngx_http_idempotency_guard_handler(ngx_event_t *ev)
+{
+    ngx_http_request_t          *r;
+    ngx_http_upstream_t         *u;
+    ngx_http_upstream_conf_t    *conf;
+    ngx_http_idempotency_ctx_t  *ctx;
+
+    ctx = ev->data;
+    r = ctx->request;
+    u = r->upstream;
+
+    if (!ctx->owner || u == NULL || u->cleanup == NULL || u->header_sent
+        || u->conf->ignore_client_abort)
+    {
+        return;
+    }
+
+    /* the location's configuration is shared: this request gets a copy */
+
+    conf = ngx_palloc(r->pool, sizeof(ngx_http_upstream_conf_t));
+    if (conf == NULL) {
+        return;
+    }
+
+    *conf = *u->conf;
+    conf->ignore_client_abort = 1;
+    u->conf = conf;
+
+    /* the checks of a broken client connection the upstream set up */
+
+    if (!r->reading_body) {
+        r->read_event_handler = ngx_http_block_reading;
+    }
+
+    r->write_event_handler = ngx_http_request_empty_handler;
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idempotency: upstream of key \"%V\" ignores client "
+                   "aborts", &ctx->key);
 }
 
 

@@ -13,12 +13,21 @@
 
 ngx_int_t ngx_http_idempotency_filter_init(ngx_conf_t *cf);
 
+/* after an internal redirect: the new location's upstream, once it is
+ * started, ignores the client's abort for this request */
+void ngx_http_idempotency_filter_guard(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx);
+
 /* the request ends: the end of a response no longer waits */
 void ngx_http_idempotency_filter_cleanup(ngx_http_idempotency_ctx_t *ctx);
 
-/* the request ends, its client gone, before the response did: record
- * the key as executed, not stored */
-void ngx_http_idempotency_filter_abandon(ngx_http_idempotency_ctx_t *ctx);
+/*
+ * The request ends without a complete response after it was sent
+ * upstream: the key is recorded as of unknown outcome (or released, as
+ * idempotency_on_unknown_outcome says).
+ */
+void ngx_http_idempotency_filter_unsure(ngx_http_idempotency_ctx_t *ctx,
+    const char *why);
 
 
 #endif /* _NGX_HTTP_IDEMPOTENCY_FILTER_H_INCLUDED_ */

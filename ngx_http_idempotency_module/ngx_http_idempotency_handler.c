@@ -23,6 +23,7 @@
 #include "ngx_http_idempotency_complete.h"
 #include "ngx_http_idempotency_filter.h"
 #include "ngx_http_idempotency_owner.h"
+#include "ngx_http_idempotency_outcome.h"
 
 
 static ngx_int_t ngx_http_idempotency_start(ngx_http_request_t *r,
@@ -34,6 +35,8 @@ static void ngx_http_idempotency_hash_handler(ngx_event_t *ev);
 static ngx_int_t ngx_http_idempotency_respond(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx);
 static ngx_int_t ngx_http_idempotency_replay(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx);
+static ngx_int_t ngx_http_idempotency_epoch_header(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx);
 static void ngx_http_idempotency_teardown(ngx_http_idempotency_ctx_t *ctx);
 
@@ -58,6 +61,14 @@ ngx_http_idempotency_handler(ngx_http_request_t *r)
             return ngx_http_idempotency_respond(r, ctx);
 
         case NGX_HTTP_IDEMPOTENCY_S_DONE:
+
+            /* an internal redirect of a forwarded request: the upstream
+             * of this location must not be cut off by its client either */
+
+            if (ctx->owner && r->internal) {
+                ngx_http_idempotency_filter_guard(r, ctx);
+            }
+
             return NGX_DECLINED;
 
         default:
@@ -192,6 +203,14 @@ ngx_http_idempotency_request_key(ngx_http_request_t *r,
             return NGX_ERROR;
         }
 
+        if (rc == NGX_ABORT) {
+            /* the expiry bounds the key's first use only: a retry of a
+             * key that has a row is answered from it (claim.c) */
+            ctx->expired_key = 1;
+            reason = NULL;
+            rc = NGX_OK;
+        }
+
         if (rc == NGX_DECLINED) {
             ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                           "idempotency: \"%V\" header: %s", &ilcf->header,
@@ -323,6 +342,14 @@ ngx_http_idempotency_respond(ngx_http_request_t *r,
     switch (ctx->outcome) {
 
     case NGX_HTTP_IDEMPOTENCY_OUT_FORWARD:
+
+        if (ctx->owner
+            && ngx_http_idempotency_epoch_header(r, ctx) != NGX_OK)
+        {
+            ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+            return NGX_DONE;
+        }
+
         return NGX_DECLINED;
 
     case NGX_HTTP_IDEMPOTENCY_OUT_REPLAY:
@@ -394,6 +421,76 @@ ngx_http_idempotency_replay(ngx_http_request_t *r,
 
 
 /*
+ * "idempotency_epoch_header": the upstream learns the claim's epoch (1,
+ * one more per takeover), so that it can refuse a stale executor.  A
+ * header of that name that the client sent is overwritten, never passed.
+ */
+
+static ngx_int_t
+ngx_http_idempotency_epoch_header(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx)
+{
+    u_char           *p;
+    ngx_str_t        *name;
+    ngx_uint_t        i, found;
+    ngx_table_elt_t  *h;
+    ngx_list_part_t  *part;
+
+    name = &ctx->conf->epoch_header;
+
+    if (name->len == 0) {
+        return NGX_OK;
+    }
+
+    p = ngx_pnalloc(r->pool, NGX_INT_T_LEN);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    found = 0;
+    part = &r->headers_in.headers.part;
+    i = 0;
+
+    while ((h = ngx_http_idempotency_next_header(&part, &i)) != NULL) {
+        if (h->key.len == name->len
+            && ngx_strncasecmp(h->key.data, name->data, name->len) == 0)
+        {
+            h->value.data = p;
+            h->value.len = ngx_sprintf(p, "%ui", ctx->epoch) - p;
+            found = 1;
+        }
+    }
+
+    if (found) {
+        return NGX_OK;
+    }
+
+    h = ngx_list_push(&r->headers_in.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->key = *name;
+    h->value.data = p;
+    h->value.len = ngx_sprintf(p, "%ui", ctx->epoch) - p;
+    h->hash = ngx_hash_key_lc(name->data, name->len);
+
+    h->lowcase_key = ngx_pnalloc(r->pool, name->len);
+    if (h->lowcase_key == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_strlow(h->lowcase_key, name->data, name->len);
+
+#if (nginx_version >= 1023000)
+    h->next = NULL;
+#endif
+
+    return NGX_OK;
+}
+
+
+/*
  * The request ends: its timers and posted events go, a tier lookup or a
  * claim in flight is detached, and a key the request still holds is
  * given back, or kept as executed when its client left.
@@ -402,8 +499,6 @@ ngx_http_idempotency_replay(ngx_http_request_t *r,
 static void
 ngx_http_idempotency_teardown(ngx_http_idempotency_ctx_t *ctx)
 {
-    ngx_connection_t  *c;
-
     ngx_http_idempotency_metrics_request(ctx->conf->store, ctx->status,
                                          ctx->tier);
 
@@ -429,35 +524,31 @@ ngx_http_idempotency_teardown(ngx_http_idempotency_ctx_t *ctx)
     /* a claim in flight gives the key back if it wins */
     ngx_http_idempotency_claim_cleanup(ctx);
 
-    c = ctx->request->connection;
-
-    if (ctx->owner && (c->error || c->timedout)) {
+    if (ctx->owner) {
 
         /*
-         * The client is gone and the response did not reach its end: the
-         * upstream failed after the client left, a client that stopped
-         * reading hit send_timeout (nginx then drains and cuts the
-         * upstream), or a content handler that is not an upstream stopped
-         * with its client.  Whether it executed is unknown.  A known
-         * status is recorded as executed-not-stored; otherwise the key
-         * stays in progress, unrenewed, until its lease ends (as when an
-         * owner dies).  Releasing it would invite a second execution.
+         * The request ends while it holds the key: its response did not
+         * reach its end (an upstream that failed mid-response, with the
+         * client there or not), or none came (the upstream failed after
+         * the client left, so nginx had nobody to send its page to).  If
+         * any of it reached an upstream, the outcome is unknown.
          */
 
-        if (ctx->capturing) {
-            ngx_http_idempotency_filter_abandon(ctx);
-
-        } else {
-            ngx_log_error(NGX_LOG_INFO, c->log, 0,
-                          "idempotency: client closed the connection while "
-                          "key %V was upstream: the key stays in "
-                          "progress until its lease ends", &ctx->key_id);
-            ngx_http_idempotency_handed_over(ctx);
+        if (ctx->capturing
+            || ngx_http_idempotency_outcome_sent(ctx->request)
+               == NGX_HTTP_IDEMPOTENCY_UNSURE)
+        {
+            ngx_http_idempotency_filter_unsure(ctx,
+                                     ctx->capturing
+                                     ? "its response did not reach its end"
+                                     : "no response came back from the "
+                                       "upstream");
         }
     }
 
-    ngx_http_idempotency_release(ctx, "request ended before its response "
-                                      "was complete");
+    /* nothing of it went upstream: a retry runs it */
+    ngx_http_idempotency_release(ctx, "request ended before it was sent "
+                                      "upstream");
 
     /* a completion write goes on without the request */
     ngx_http_idempotency_complete_detach(ctx);

@@ -288,7 +288,7 @@ ngx_http_idempotency_issued(ngx_http_idempotency_store_t *store,
 
     if (ngx_http_idempotency_get_be(raw + 16, 8) <= (uint64_t) ngx_time()) {
         *why = "the key has expired";
-        return NGX_DECLINED;
+        return NGX_ABORT;
     }
 
     return NGX_OK;

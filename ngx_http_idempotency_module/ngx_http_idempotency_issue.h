@@ -27,7 +27,8 @@ char *ngx_http_idempotency_key_issuer(ngx_conf_t *cf, ngx_command_t *cmd,
 
 /*
  * A key this deployment issued and whose expiry has not passed: NGX_OK;
- * NGX_DECLINED with *why; NGX_ERROR.
+ * one it issued whose expiry has passed: NGX_ABORT (the expiry bounds its
+ * first use only); NGX_DECLINED with *why; NGX_ERROR.
  */
 ngx_int_t ngx_http_idempotency_issued(ngx_http_idempotency_store_t *store,
     ngx_str_t *key, const char **why);

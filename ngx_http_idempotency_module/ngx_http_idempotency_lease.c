@@ -104,10 +104,18 @@ ngx_http_idempotency_lease_done(ngx_http_idempotency_op_t *op)
     if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK) {
 
         if (op->affected_rows == 0) {
+            lease->lost = 1;
+
+            /* a completion's lease: a renewal that lands after the write
+             * committed changes no row; the write's result tells */
+
+            if (lease->quiet) {
+                return;
+            }
+
             ngx_log_error(NGX_LOG_WARN, lease->log, 0,
                           "idempotency: key %V is no longer held by "
                           "its request (lease lost)", lease->key);
-            lease->lost = 1;
 
             ngx_http_idempotency_metric(lease->shard->store, lease_losses);
             return;

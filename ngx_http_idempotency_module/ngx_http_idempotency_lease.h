@@ -33,6 +33,7 @@ typedef struct {
     unsigned                        failing:1;  /* logged once */
     unsigned                        lost:1;
     unsigned                        counted:1;  /* in store->in_progress */
+    unsigned                        quiet:1;    /* a loss is not told */
 } ngx_http_idempotency_lease_t;
 
 

@@ -32,7 +32,7 @@
 #define NGX_HTTP_IDEMPOTENCY_OP_TAKEOVER   9   /* a claim's UPDATE */
 #define NGX_HTTP_IDEMPOTENCY_NOPS          10
 
-#define NGX_HTTP_IDEMPOTENCY_NSTATUSES     11
+#define NGX_HTTP_IDEMPOTENCY_NSTATUSES     12
 #define NGX_HTTP_IDEMPOTENCY_NBUCKETS      12   /* the last is +Inf */
 #define NGX_HTTP_IDEMPOTENCY_MAX_WORKERS   64   /* more share the last */
 
@@ -76,6 +76,9 @@ struct ngx_http_idempotency_metrics_s {
     ngx_atomic_t                    unstored;  /* executed, not stored */
     ngx_atomic_t                    purged_rows;
     ngx_atomic_t                    held_refused;
+    ngx_atomic_t                    unknown;   /* outcomes recorded */
+    ngx_atomic_t                    operator_releases;
+    ngx_atomic_t                    operator_forgets;
 
     ngx_http_idempotency_counters_t   tiers;
 

@@ -18,6 +18,7 @@
 #include "ngx_http_idempotency_metrics.h"
 #include "ngx_http_idempotency_prometheus.h"
 #include "ngx_http_idempotency_issue.h"
+#include "ngx_http_idempotency_admin.h"
 
 
 #define NGX_HTTP_IDEMPOTENCY_MAX_RESPONSE  (256 * 1024 * 1024)
@@ -51,6 +52,8 @@ static ngx_int_t ngx_http_idempotency_status_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
 static ngx_int_t ngx_http_idempotency_key_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
+static ngx_int_t ngx_http_idempotency_epoch_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
 static ngx_int_t ngx_http_idempotency_tier_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
 
@@ -61,7 +64,10 @@ static char *ngx_http_idempotency_init_main_conf(ngx_conf_t *cf, void *conf);
 static void *ngx_http_idempotency_create_loc_conf(ngx_conf_t *cf);
 static ngx_int_t ngx_http_idempotency_check_lease(ngx_log_t *log,
     ngx_http_idempotency_store_t *store, ngx_msec_t lease);
-static void ngx_http_idempotency_ignore_client_abort(ngx_conf_t *cf);
+static ngx_http_upstream_conf_t *ngx_http_idempotency_upstream_conf(
+    ngx_cycle_t *cycle, void **loc_conf, ngx_uint_t m, ngx_uint_t *n);
+static ngx_int_t ngx_http_idempotency_protect(ngx_conf_t *cf);
+static void ngx_http_idempotency_check_resend(ngx_conf_t *cf);
 static char *ngx_http_idempotency_merge_loc_conf(ngx_conf_t *cf,
     void *parent, void *child);
 static ngx_int_t ngx_http_idempotency_init(ngx_conf_t *cf);
@@ -74,6 +80,13 @@ static ngx_conf_post_handler_pt  ngx_http_idempotency_capture_memory_bounds =
 
 static ngx_conf_num_bounds_t  ngx_http_idempotency_max_held_bounds = {
     ngx_conf_check_num_bounds, 0, 1000000
+};
+
+
+static ngx_conf_enum_t  ngx_http_idempotency_unknown[] = {
+    { ngx_string("keep"), NGX_HTTP_IDEMPOTENCY_UNKNOWN_KEEP },
+    { ngx_string("release"), NGX_HTTP_IDEMPOTENCY_UNKNOWN_RELEASE },
+    { ngx_null_string, 0 }
 };
 
 
@@ -184,6 +197,20 @@ static ngx_command_t  ngx_http_idempotency_commands[] = {
       offsetof(ngx_http_idempotency_loc_conf_t, on_store_error),
       NULL },
 
+    { ngx_string("idempotency_on_unknown_outcome"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_enum_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idempotency_loc_conf_t, on_unknown),
+      &ngx_http_idempotency_unknown },
+
+    { ngx_string("idempotency_epoch_header"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_idempotency_set_header,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idempotency_loc_conf_t, epoch_header),
+      NULL },
+
     { ngx_string("idempotency_key_issuer"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS|NGX_CONF_TAKE1,
       ngx_http_idempotency_key_issuer,
@@ -203,6 +230,13 @@ static ngx_command_t  ngx_http_idempotency_commands[] = {
       ngx_http_idempotency_metrics,
       0,
       0,
+      NULL },
+
+    { ngx_string("idempotency_admin"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_idempotency_admin,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idempotency_loc_conf_t, admin),
       NULL },
 
     { ngx_string("idempotency_capture_memory"),
@@ -265,7 +299,8 @@ ngx_str_t  ngx_http_idempotency_status_names[] = {
     ngx_string("takeover"),
     ngx_string("error"),
     ngx_string("unstored"),
-    ngx_string("noscope")
+    ngx_string("noscope"),
+    ngx_string("unknown")
 };
 
 
@@ -281,6 +316,10 @@ static ngx_http_variable_t  ngx_http_idempotency_vars[] = {
 
     { ngx_string("idempotency_tier"), NULL,
       ngx_http_idempotency_tier_variable, 0,
+      NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("idempotency_epoch"), NULL,
+      ngx_http_idempotency_epoch_variable, 0,
       NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
       ngx_http_null_variable
@@ -533,6 +572,17 @@ ngx_http_idempotency_set_header(ngx_conf_t *cf, ngx_command_t *cmd,
 
     value = cf->args->elts;
 
+    if (cmd->offset == offsetof(ngx_http_idempotency_loc_conf_t,
+                                epoch_header)
+        && ngx_strcmp(value[1].data, "off") == 0)
+    {
+        /* set, and empty: a location below turns off what one above
+         * set */
+        ngx_str_set(&((ngx_http_idempotency_loc_conf_t *) conf)
+                         ->epoch_header, "");
+        return NGX_CONF_OK;
+    }
+
     for (p = value[1].data; p < value[1].data + value[1].len; p++) {
         if (!(ngx_http_idempotency_word_char(*p) || *p == '-' || *p == '_')) {
             rv = NGX_CONF_ERROR;
@@ -664,6 +714,41 @@ ngx_http_idempotency_tier_variable(ngx_http_request_t *r,
 }
 
 
+/* the claim's epoch, for a request that won it (it is forwarded) */
+
+static ngx_int_t
+ngx_http_idempotency_epoch_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    u_char                      *p;
+    ngx_http_idempotency_ctx_t  *ctx;
+
+    ctx = ngx_http_idempotency_get_ctx(r->main);
+
+    if (ctx == NULL || ctx->epoch == 0
+        || ctx->outcome != NGX_HTTP_IDEMPOTENCY_OUT_FORWARD
+        || (ctx->status != NGX_HTTP_IDEMPOTENCY_NEW
+            && ctx->status != NGX_HTTP_IDEMPOTENCY_TAKEOVER))
+    {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+
+    p = ngx_pnalloc(r->pool, NGX_INT_T_LEN);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    v->len = ngx_sprintf(p, "%ui", ctx->epoch) - p;
+    v->data = p;
+    v->valid = 1;
+    v->no_cacheable = 1;
+    v->not_found = 0;
+
+    return NGX_OK;
+}
+
+
 static void *
 ngx_http_idempotency_create_main_conf(ngx_conf_t *cf)
 {
@@ -676,7 +761,9 @@ ngx_http_idempotency_create_main_conf(ngx_conf_t *cf)
 
     if (ngx_array_init(&imcf->stores, cf->pool, 2,
                        sizeof(ngx_http_idempotency_store_t *))
-        != NGX_OK)
+        != NGX_OK
+        || ngx_array_init(&imcf->locations, cf->pool, 4, sizeof(void **))
+           != NGX_OK)
     {
         return NULL;
     }
@@ -741,6 +828,7 @@ ngx_http_idempotency_create_loc_conf(ngx_conf_t *cf)
     conf->store_5xx = NGX_CONF_UNSET;
     conf->max_response_size = NGX_CONF_UNSET_SIZE;
     conf->on_store_error = NGX_CONF_UNSET_UINT;
+    conf->on_unknown = NGX_CONF_UNSET_UINT;
     conf->skip_headers = NGX_CONF_UNSET_PTR;
     conf->keys = NGX_CONF_UNSET_UINT;
     conf->issuer_ttl = NGX_CONF_UNSET;
@@ -757,6 +845,11 @@ ngx_http_idempotency_merge_loc_conf(ngx_conf_t *cf, void *parent,
     ngx_http_idempotency_loc_conf_t  *conf = child;
 
     ngx_conf_merge_ptr_value(conf->store, prev->store, NULL);
+
+    /* an "if" block inside an idempotency_admin location answers too */
+    if (conf->admin == NULL) {
+        conf->admin = prev->admin;
+    }
 
     if (conf->methods == 0) {
         conf->methods = prev->methods ? prev->methods
@@ -779,6 +872,9 @@ ngx_http_idempotency_merge_loc_conf(ngx_conf_t *cf, void *parent,
                               prev->max_response_size, 1024 * 1024);
     ngx_conf_merge_uint_value(conf->on_store_error, prev->on_store_error,
                               NGX_HTTP_IDEMPOTENCY_STORE_REJECT);
+    ngx_conf_merge_uint_value(conf->on_unknown, prev->on_unknown,
+                              NGX_HTTP_IDEMPOTENCY_UNKNOWN_KEEP);
+    ngx_conf_merge_str_value(conf->epoch_header, prev->epoch_header, "");
     ngx_conf_merge_ptr_value(conf->skip_headers, prev->skip_headers, NULL);
     ngx_conf_merge_uint_value(conf->keys, prev->keys,
                               NGX_HTTP_IDEMPOTENCY_KEYS_ANY);
@@ -819,7 +915,9 @@ ngx_http_idempotency_merge_loc_conf(ngx_conf_t *cf, void *parent,
         conf->store->min_lease = conf->lease;
     }
 
-    ngx_http_idempotency_ignore_client_abort(cf);
+    if (ngx_http_idempotency_protect(cf) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
 
     return NGX_CONF_OK;
 }
@@ -848,52 +946,131 @@ ngx_http_idempotency_check_lease(ngx_log_t *log,
 }
 
 
+/* the upstream modules; each location configuration of theirs starts
+ * with its ngx_http_upstream_conf_t */
+
+static const char  *ngx_http_idempotency_upstreams[][2] = {
+    { "ngx_http_proxy_module", "proxy" },
+    { "ngx_http_fastcgi_module", "fastcgi" },
+    { "ngx_http_uwsgi_module", "uwsgi" },
+    { "ngx_http_scgi_module", "scgi" },
+    { "ngx_http_grpc_module", "grpc" },
+    { "ngx_http_memcached_module", "memcached" }
+};
+
+
+/*
+ * The upstream module configuration m of a location, or NULL; n: its
+ * prefix in ngx_http_idempotency_upstreams
+ */
+
+static ngx_http_upstream_conf_t *
+ngx_http_idempotency_upstream_conf(ngx_cycle_t *cycle, void **loc_conf,
+    ngx_uint_t m, ngx_uint_t *n)
+{
+    ngx_uint_t     i;
+    ngx_module_t  *module;
+
+    module = cycle->modules[m];
+
+    if (module->type != NGX_HTTP_MODULE) {
+        return NULL;
+    }
+
+    for (i = 0; i < sizeof(ngx_http_idempotency_upstreams)
+                    / sizeof(ngx_http_idempotency_upstreams[0]); i++)
+    {
+        if (ngx_strcmp(module->name, ngx_http_idempotency_upstreams[i][0])
+            == 0)
+        {
+            *n = i;
+            return loc_conf[module->ctx_index];
+        }
+    }
+
+    return NULL;
+}
+
+
 /*
  * Once a protected request is forwarded, its upstream exchange must run
  * to its end even when the client goes away: the backend has executed,
  * and the retry that is sure to come must get this response.  nginx's
  * upstream modules cut the upstream off when the client closes, unless
  * their *_ignore_client_abort is on: it is turned on for every location
- * that has a store.  (Each of these modules' location configuration
- * starts with its ngx_http_upstream_conf_t.)
+ * that has a store (and, for a request an internal redirect takes
+ * elsewhere, by filter.c's guard).  The location is remembered for the
+ * check of *_next_upstream once every location is merged.
  */
 
-static void
-ngx_http_idempotency_ignore_client_abort(ngx_conf_t *cf)
+static ngx_int_t
+ngx_http_idempotency_protect(ngx_conf_t *cf)
 {
-    ngx_uint_t                 i, n;
-    ngx_module_t              *m;
-    ngx_http_conf_ctx_t       *ctx;
-    ngx_http_upstream_conf_t  *ucf;
-
-    static const char  *upstreams[] = {
-        "ngx_http_proxy_module",
-        "ngx_http_fastcgi_module",
-        "ngx_http_uwsgi_module",
-        "ngx_http_scgi_module",
-        "ngx_http_grpc_module",
-        "ngx_http_memcached_module"
-    };
+    void                              ***loc;
+    ngx_uint_t                           i, n;
+    ngx_http_conf_ctx_t                 *ctx;
+    ngx_http_upstream_conf_t            *ucf;
+    ngx_http_idempotency_main_conf_t    *imcf;
 
     ctx = cf->ctx;
 
     for (i = 0; cf->cycle->modules[i]; i++) {
-        m = cf->cycle->modules[i];
-
-        if (m->type != NGX_HTTP_MODULE) {
-            continue;
+        ucf = ngx_http_idempotency_upstream_conf(cf->cycle, ctx->loc_conf, i,
+                                                 &n);
+        if (ucf) {
+            ucf->ignore_client_abort = 1;
         }
+    }
 
-        for (n = 0; n < sizeof(upstreams) / sizeof(upstreams[0]); n++) {
-            if (ngx_strcmp(m->name, upstreams[n]) != 0) {
+    imcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_idempotency_module);
+
+    loc = ngx_array_push(&imcf->locations);
+    if (loc == NULL) {
+        return NGX_ERROR;
+    }
+
+    *loc = ctx->loc_conf;
+
+    return NGX_OK;
+}
+
+
+/*
+ * "*_next_upstream ... non_idempotent" lets nginx send a request that was
+ * sent already to another upstream: the claimed request would run twice.
+ */
+
+static void
+ngx_http_idempotency_check_resend(ngx_conf_t *cf)
+{
+    void                              ***loc;
+    ngx_uint_t                           i, m, n;
+    ngx_http_upstream_conf_t            *ucf;
+    ngx_http_core_loc_conf_t            *clcf;
+    ngx_http_idempotency_main_conf_t    *imcf;
+
+    imcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_idempotency_module);
+    loc = imcf->locations.elts;
+
+    for (i = 0; i < imcf->locations.nelts; i++) {
+        clcf = loc[i][ngx_http_core_module.ctx_index];
+
+        for (m = 0; cf->cycle->modules[m]; m++) {
+            ucf = ngx_http_idempotency_upstream_conf(cf->cycle, loc[i], m,
+                                                     &n);
+
+            if (ucf == NULL
+                || !(ucf->next_upstream & NGX_HTTP_UPSTREAM_FT_NON_IDEMPOTENT))
+            {
                 continue;
             }
 
-            ucf = ctx->loc_conf[m->ctx_index];
-
-            if (ucf) {
-                ucf->ignore_client_abort = 1;
-            }
+            ngx_log_error(NGX_LOG_WARN, cf->log, 0,
+                          "idempotency: \"%s_next_upstream ... "
+                          "non_idempotent\" in location \"%V\" lets nginx "
+                          "send a request it has sent already to another "
+                          "upstream: a claimed request can run twice",
+                          ngx_http_idempotency_upstreams[n][1], &clcf->name);
         }
     }
 }
@@ -947,6 +1124,8 @@ ngx_http_idempotency_init(ngx_conf_t *cf)
     }
 
     *h = ngx_http_idempotency_handler;
+
+    ngx_http_idempotency_check_resend(cf);
 
     if (ngx_http_idempotency_metrics_init(cf) != NGX_OK) {
         return NGX_ERROR;

@@ -29,14 +29,20 @@
 #define NGX_HTTP_IDEMPOTENCY_ERROR        8
 #define NGX_HTTP_IDEMPOTENCY_UNSTORED     9
 #define NGX_HTTP_IDEMPOTENCY_NOSCOPE      10
+#define NGX_HTTP_IDEMPOTENCY_UNKNOWN      11
 
 /* row states in the store */
 #define NGX_HTTP_IDEMPOTENCY_ROW_PROGRESS   0
 #define NGX_HTTP_IDEMPOTENCY_ROW_DONE       1
 #define NGX_HTTP_IDEMPOTENCY_ROW_UNSTORED   2
+#define NGX_HTTP_IDEMPOTENCY_ROW_UNKNOWN    3    /* outcome unknown */
 
 #define NGX_HTTP_IDEMPOTENCY_STORE_REJECT   0
 #define NGX_HTTP_IDEMPOTENCY_STORE_PASS     1
+
+/* idempotency_on_unknown_outcome */
+#define NGX_HTTP_IDEMPOTENCY_UNKNOWN_KEEP     0
+#define NGX_HTTP_IDEMPOTENCY_UNKNOWN_RELEASE  1
 
 /* ssl= of a store */
 #define NGX_HTTP_IDEMPOTENCY_SSL_OFF        0
@@ -110,6 +116,7 @@ struct ngx_http_idempotency_store_s {
 
 typedef struct {
     ngx_array_t                     stores;    /* of ..._store_t * */
+    ngx_array_t                     locations; /* their loc_conf, void ** */
     size_t                          capture_memory;  /* per worker */
     ngx_uint_t                      max_held;        /* per worker */
 } ngx_http_idempotency_main_conf_t;
@@ -117,6 +124,7 @@ typedef struct {
 
 typedef struct {
     ngx_http_idempotency_store_t   *store;     /* NULL: off */
+    ngx_http_idempotency_store_t   *admin;     /* idempotency_admin */
     ngx_uint_t                      methods;
     ngx_str_t                       header;
     ngx_flag_t                      required;
@@ -129,6 +137,8 @@ typedef struct {
     size_t                          max_response_size;
     ngx_array_t                    *skip_headers; /* of ngx_str_t */
     ngx_uint_t                      on_store_error;
+    ngx_uint_t                      on_unknown;
+    ngx_str_t                       epoch_header;  /* len 0: none */
     ngx_uint_t                      keys;      /* issue.h: any, issued */
     time_t                          issuer_ttl; /* UNSET: no issuer */
 } ngx_http_idempotency_loc_conf_t;

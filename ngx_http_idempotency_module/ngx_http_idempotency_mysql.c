@@ -221,6 +221,9 @@ static void ngx_http_idempotency_mysql_stmts_free(
     ngx_http_idempotency_mysql_conn_t *conn);
 static ngx_int_t ngx_http_idempotency_mysql_failed(
     ngx_http_idempotency_mysql_conn_t *conn);
+static ngx_int_t ngx_http_idempotency_mysql_prepare_again(
+    ngx_http_idempotency_mysql_conn_t *conn, ngx_uint_t err,
+    const char *text);
 static ngx_int_t ngx_http_idempotency_mysql_lost_idle(
     ngx_http_idempotency_mysql_conn_t *conn, ngx_uint_t err,
     const char *text);
@@ -393,12 +396,16 @@ ngx_http_idempotency_op_run(ngx_http_idempotency_op_t *op)
     }
 
     if (ngx_http_idempotency_outage_backoff(&conns->outage)) {
-        ngx_http_idempotency_mysql_op_down(op);
-        return;
-    }
 
-    if (conns->nconns < store->pool_size
-        && !(conns->outage.down && conns->nconnect))
+        /* no new connection for a while: a busy one may serve it */
+
+        if (conns->nconns == 0) {
+            ngx_http_idempotency_mysql_op_down(op);
+            return;
+        }
+
+    } else if (conns->nconns < store->pool_size
+               && !(conns->outage.down && conns->nconnect))
     {
         /* a new connection will be made for it */
 
@@ -531,6 +538,26 @@ ngx_http_idempotency_op_take_pool(ngx_http_idempotency_op_t *op)
     op->keep_pool = 1;
 
     return op->pool;
+}
+
+
+ngx_uint_t
+ngx_http_idempotency_op_unsure(ngx_http_idempotency_op_t *op)
+{
+    switch (op->rc) {
+
+    case NGX_HTTP_IDEMPOTENCY_OP_TIMEOUT:
+        return op->sent;
+
+    case NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR:
+        return (op->sent && op->err >= CR_MIN_ERROR
+                && op->err <= CR_MAX_ERROR)
+               || op->err == ER_CONNECTION_KILLED
+               || op->err == ER_SERVER_SHUTDOWN;
+
+    default:
+        return 0;
+    }
 }
 
 
@@ -1155,7 +1182,15 @@ ngx_http_idempotency_mysql_connect_failed(
         ngx_http_idempotency_mysql_op_down(op);
     }
 
-    ngx_http_idempotency_mysql_fail_waiting(conns);
+    /*
+     * The ops that wait are another connection's to serve, when there is
+     * one: a failed connect fails only the op it was made for.  With no
+     * connection left, none of them will be served during the backoff.
+     */
+
+    if (conns->nconns == 0) {
+        ngx_http_idempotency_mysql_fail_waiting(conns);
+    }
 
     return NGX_DONE;
 }
@@ -1201,6 +1236,8 @@ ngx_http_idempotency_mysql_start(ngx_http_idempotency_mysql_conn_t *conn,
 
     conn->op = op;
     op->conn = conn;
+    op->sent = 1;
+    op->thread = (ngx_uint_t) mysql_thread_id(conn->mysql);
 
     conn->state = NGX_HTTP_IDEMPOTENCY_MYSQL_QUERY;
     conn->nresults = 0;
@@ -1691,6 +1728,13 @@ ngx_http_idempotency_mysql_failed(ngx_http_idempotency_mysql_conn_t *conn)
         conn->ready[op->stmt][conn->nbatch - 1] = 0;
     }
 
+    if ((err == ER_UNKNOWN_STMT_HANDLER
+         || err == ER_MAX_PREPARED_STMT_COUNT_REACHED)
+        && op->stmt && op->batch_next == NULL && !op->again)
+    {
+        return ngx_http_idempotency_mysql_prepare_again(conn, err, text);
+    }
+
     if ((err == CR_SERVER_GONE_ERROR || err == CR_SERVER_LOST)
         && conn->reused)
     {
@@ -1734,6 +1778,52 @@ ngx_http_idempotency_mysql_failed(ngx_http_idempotency_mysql_conn_t *conn)
 
     return ngx_http_idempotency_mysql_done(conn,
                                           NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR);
+}
+
+
+/*
+ * The server no longer knows the op's statement (1243), or will not
+ * prepare another one (1461): the op is prepared again and runs once
+ * more, within its own deadline; after 1461 on a new connection, whose
+ * statements the server has not counted yet (closing this one frees
+ * this one's).
+ */
+
+static ngx_int_t
+ngx_http_idempotency_mysql_prepare_again(
+    ngx_http_idempotency_mysql_conn_t *conn, ngx_uint_t err,
+    const char *text)
+{
+    ngx_http_idempotency_op_t           *op;
+    ngx_http_idempotency_mysql_conns_t  *conns;
+
+    op = conn->op;
+    conns = conn->conns;
+    op->again = 1;
+
+    ngx_log_error(NGX_LOG_INFO, conns->log, 0,
+                  "idempotency store \"%V\" mysql=%V: %s failed: "
+                  "(%ui) %s, preparing it again",
+                  &conns->store->name, &conns->shard->name,
+                  op->name, err, text);
+
+    if (err == ER_UNKNOWN_STMT_HANDLER) {
+        return ngx_http_idempotency_mysql_start(conn, op);
+    }
+
+    conn->op = NULL;
+    op->conn = NULL;
+
+    ngx_http_idempotency_mysql_discard(conn);
+
+    if (ngx_http_idempotency_outage_backoff(&conns->outage)) {
+        ngx_http_idempotency_mysql_op_down(op);
+
+    } else {
+        (void) ngx_http_idempotency_mysql_open(conns, op);
+    }
+
+    return NGX_DONE;
 }
 
 
@@ -2279,6 +2369,8 @@ ngx_http_idempotency_mysql_gather(ngx_http_idempotency_mysql_conn_t *conn,
         ngx_http_idempotency_mysql_dequeue(w);
 
         w->conn = conn;
+        w->sent = 1;
+        w->thread = op->thread;
         *tail = w;
         tail = &w->batch_next;
 

@@ -103,6 +103,11 @@ struct ngx_http_idempotency_op_s {
     /* the first row; data is NULL for an SQL NULL */
     ngx_str_t                    fields[NGX_HTTP_IDEMPOTENCY_MAX_FIELDS];
 
+    /* with all_rows (a statement sent as text): every row of the last
+     * result set, nrows times nfields fields */
+    ngx_str_t                            *rows;
+    unsigned                              all_rows:1;
+
     /* set by ngx_http_idempotency_op_take_pool() */
     unsigned                              keep_pool:1;
 
@@ -117,6 +122,10 @@ struct ngx_http_idempotency_op_s {
     void                                 *conn;
     ngx_http_idempotency_op_t            *batch_next;  /* the others */
     unsigned                              single:1;    /* not again */
+    ngx_uint_t                            thread;      /* the server's id
+                                                          of its conn */
+    unsigned                              sent:1;      /* it ran */
+    unsigned                              again:1;     /* once more */
 };
 
 
@@ -141,6 +150,12 @@ void ngx_http_idempotency_op_num(ngx_http_idempotency_op_t *op,
 
 /* queues or starts the op; the handler (if any) is always called later */
 void ngx_http_idempotency_op_run(ngx_http_idempotency_op_t *op);
+
+/*
+ * The op failed in a way that leaves its statement's effect unknown: it
+ * timed out, or its connection was lost or killed while it ran.
+ */
+ngx_uint_t ngx_http_idempotency_op_unsure(ngx_http_idempotency_op_t *op);
 
 /* the requester is gone: the op finishes silently and frees itself */
 void ngx_http_idempotency_op_detach(ngx_http_idempotency_op_t *op);

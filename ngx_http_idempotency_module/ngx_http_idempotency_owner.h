@@ -21,6 +21,14 @@
 void ngx_http_idempotency_release(ngx_http_idempotency_ctx_t *ctx,
     const char *why);
 
+/*
+ * A claim step that writes failed, and may have written all the same (a
+ * timeout, a connection lost): the key is given back, if it is the
+ * request's, as soon as a connection can say so.
+ */
+void ngx_http_idempotency_release_unsure(ngx_http_idempotency_ctx_t *ctx,
+    ngx_http_idempotency_op_t *op);
+
 /* the claim is handed to a completion write: stop renewing the lease */
 void ngx_http_idempotency_handed_over(ngx_http_idempotency_ctx_t *ctx);
 

@@ -7,8 +7,8 @@
 #include "ngx_http_idempotency_problem.h"
 
 
-/* the texts are the module's own: no character of them needs escaping
- * in JSON */
+/* the texts are the module's own; a detail is JSON-escaped when sent,
+ * since the operator API's details may quote a client's argument */
 typedef struct {
     ngx_uint_t   status;
     ngx_str_t    type;
@@ -18,6 +18,11 @@ typedef struct {
 
 
 #define NGX_HTTP_IDEMPOTENCY_TYPE  "urn:ngx-idempotency:problem:"
+
+
+static ngx_int_t ngx_http_idempotency_problem_out(ngx_http_request_t *r,
+    ngx_http_idempotency_problem_e problem, ngx_str_t *detail,
+    ngx_str_t *members, time_t retry_after);
 
 static ngx_http_idempotency_problem_t  ngx_http_idempotency_problems[] = {
 
@@ -66,7 +71,46 @@ static ngx_http_idempotency_problem_t  ngx_http_idempotency_problems[] = {
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "key-not-issued"),
       ngx_string("Idempotency key not issued"),
       ngx_string("This resource only accepts idempotency keys that this "
-                 "server issued and that have not expired.") }
+                 "server issued and that have not expired.") },
+
+    { NGX_HTTP_BAD_GATEWAY,
+      ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "outcome-unknown"),
+      ngx_string("Outcome unknown"),
+      ngx_string("A request with this idempotency key was sent to the "
+                 "backend and no complete response came back: it may have "
+                 "been executed.  It is not executed again; an operator "
+                 "can tell, and release the key.") },
+
+    /* the operator API (admin.c): most details are the caller's */
+
+    { NGX_HTTP_BAD_REQUEST,
+      ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "admin-bad-request"),
+      ngx_string("Bad operator request"),
+      ngx_string("The request's arguments are not an operator API call.") },
+
+    { NGX_HTTP_NOT_ALLOWED,
+      ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "admin-method-not-allowed"),
+      ngx_string("Method not allowed"),
+      ngx_string("The operator API answers GET and HEAD (inspect, list) "
+                 "and POST (release, forget).") },
+
+    { NGX_HTTP_NOT_FOUND,
+      ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "key-not-found"),
+      ngx_string("Idempotency key not found"),
+      ngx_string("The store has no row for this key: it was never "
+                 "claimed, was released or forgotten, or was purged.") },
+
+    { NGX_HTTP_CONFLICT,
+      ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "key-changed"),
+      ngx_string("Idempotency key changed"),
+      ngx_string("The key's row is no longer the version given: it was "
+                 "renewed, completed or taken over since.  Nothing was "
+                 "changed; read it again (\"current\").") },
+
+    { NGX_HTTP_CONFLICT,
+      ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "action-not-applicable"),
+      ngx_string("Action not applicable"),
+      ngx_string("The action does not apply to the key's state.") }
 };
 
 
@@ -74,7 +118,26 @@ ngx_int_t
 ngx_http_idempotency_problem(ngx_http_request_t *r,
     ngx_http_idempotency_problem_e problem, time_t retry_after)
 {
-    size_t                           len;
+    return ngx_http_idempotency_problem_out(r, problem, NULL, NULL,
+                                            retry_after);
+}
+
+
+ngx_int_t
+ngx_http_idempotency_problem_ext(ngx_http_request_t *r,
+    ngx_http_idempotency_problem_e problem, ngx_str_t *detail,
+    ngx_str_t *members)
+{
+    return ngx_http_idempotency_problem_out(r, problem, detail, members, 0);
+}
+
+
+static ngx_int_t
+ngx_http_idempotency_problem_out(ngx_http_request_t *r,
+    ngx_http_idempotency_problem_e problem, ngx_str_t *detail,
+    ngx_str_t *members, time_t retry_after)
+{
+    size_t                           len, escape;
     ngx_buf_t                       *b;
     ngx_table_elt_t                 *h;
     ngx_http_idempotency_problem_t  *p;
@@ -85,8 +148,18 @@ ngx_http_idempotency_problem(ngx_http_request_t *r,
         r->keepalive = 0;
     }
 
-    len = sizeof("{\"type\":\"\",\"title\":\"\",\"status\":,\"detail\":\"\"}\n")
-          - 1 + p->type.len + p->title.len + NGX_INT_T_LEN + p->detail.len;
+    if (detail == NULL) {
+        detail = &p->detail;
+    }
+
+    /* a detail of the caller's may quote what a client sent */
+
+    escape = ngx_escape_json(NULL, detail->data, detail->len);
+
+    len = sizeof("{\"type\":\"\",\"title\":\"\",\"status\":,\"detail\":\"\""
+                 ",}\n")
+          - 1 + p->type.len + p->title.len + NGX_INT_T_LEN + detail->len
+          + escape + (members ? members->len : 0);
 
     b = ngx_create_temp_buf(r->pool, len);
     if (b == NULL) {
@@ -95,8 +168,18 @@ ngx_http_idempotency_problem(ngx_http_request_t *r,
 
     b->last = ngx_sprintf(b->last,
                           "{\"type\":\"%V\",\"title\":\"%V\","
-                          "\"status\":%ui,\"detail\":\"%V\"}\n",
-                          &p->type, &p->title, p->status, &p->detail);
+                          "\"status\":%ui,\"detail\":\"",
+                          &p->type, &p->title, p->status);
+
+    b->last = (u_char *) ngx_escape_json(b->last, detail->data, detail->len);
+
+    if (members && members->len) {
+        b->last = ngx_sprintf(b->last, "\",%V}\n", members);
+
+    } else {
+        b->last = ngx_cpymem(b->last, "\"}\n", 3);
+    }
+
     b->last_buf = 1;
     b->last_in_chain = 1;
 

@@ -19,7 +19,15 @@ typedef enum {
     NGX_HTTP_IDEMPOTENCY_P_UNSTORED,
     NGX_HTTP_IDEMPOTENCY_P_STORE,
     NGX_HTTP_IDEMPOTENCY_P_SCOPE,
-    NGX_HTTP_IDEMPOTENCY_P_NOT_ISSUED
+    NGX_HTTP_IDEMPOTENCY_P_NOT_ISSUED,
+    NGX_HTTP_IDEMPOTENCY_P_UNKNOWN,
+
+    /* the operator API (admin.c) */
+    NGX_HTTP_IDEMPOTENCY_P_ADMIN_REQUEST,
+    NGX_HTTP_IDEMPOTENCY_P_ADMIN_METHOD,
+    NGX_HTTP_IDEMPOTENCY_P_NOT_FOUND,
+    NGX_HTTP_IDEMPOTENCY_P_CHANGED,
+    NGX_HTTP_IDEMPOTENCY_P_NOT_APPLICABLE
 } ngx_http_idempotency_problem_e;
 
 
@@ -30,6 +38,15 @@ typedef enum {
  */
 ngx_int_t ngx_http_idempotency_problem(ngx_http_request_t *r,
     ngx_http_idempotency_problem_e problem, time_t retry_after);
+
+/*
+ * The same, without Retry-After, with a detail of the caller's instead
+ * of the type's (NULL: the type's; JSON-escaped here) and more members
+ * (NULL: none): JSON text, "name":value pairs, put after "detail".
+ */
+ngx_int_t ngx_http_idempotency_problem_ext(ngx_http_request_t *r,
+    ngx_http_idempotency_problem_e problem, ngx_str_t *detail,
+    ngx_str_t *members);
 
 /*
  * Sends the headers out, then b (the whole body, last_buf set) or, with

@@ -106,6 +106,16 @@ static ngx_http_idempotency_counter_t  ngx_http_idempotency_metrics_counters[]
     { "purged_rows_total",
       "Expired rows deleted by the background purge.", "",
       offsetof(ngx_http_idempotency_metrics_t, purged_rows) },
+    { "unknown_outcomes_total",
+      "Keys recorded as of unknown outcome: forwarded, and no complete "
+      "response came back (their retries get 502 outcome-unknown).", "",
+      offsetof(ngx_http_idempotency_metrics_t, unknown) },
+    { "operator_actions_total",
+      "Changes made through idempotency_admin: keys released (a retry "
+      "runs anew) and completed keys forgotten.", "action=\"release\"",
+      offsetof(ngx_http_idempotency_metrics_t, operator_releases) },
+    { "operator_actions_total", NULL, "action=\"forget\"",
+      offsetof(ngx_http_idempotency_metrics_t, operator_forgets) },
     { "held_refused_total",
       "Duplicates answered 409 at once because idempotency_max_held "
       "duplicates were held.", "",

@@ -328,7 +328,14 @@ ngx_http_idempotency_record_apply(ngx_http_request_t *r,
     ngx_table_elt_t  *h;
 
     r->headers_out.status = rec->status;
-    r->headers_out.content_length_n = rec->body.len;
+
+    /* a response that has no body replays as it came: without the
+     * Content-Length that the backend never sent */
+
+    r->headers_out.content_length_n =
+        (rec->body.len == 0 && (rec->status == NGX_HTTP_NO_CONTENT
+                                || rec->status == NGX_HTTP_NOT_MODIFIED))
+        ? -1 : (off_t) rec->body.len;
 
     kv = rec->headers.elts;
 

@@ -77,6 +77,9 @@ static ngx_int_t ngx_http_idempotency_redis_usable(
     ngx_http_idempotency_redis_t *client);
 static ngx_int_t ngx_http_idempotency_redis_connect(
     ngx_http_idempotency_redis_t *client);
+static ngx_int_t ngx_http_idempotency_redis_write(
+    ngx_http_idempotency_store_t *store, const char *name, u_char *key_hash,
+    int argc, const char **argv, size_t *argvlen);
 static ngx_int_t ngx_http_idempotency_redis_command(
     ngx_http_idempotency_redis_t *client, redisCallbackFn *fn, void *privdata,
     int argc, const char **argv, const size_t *argvlen, ngx_uint_t *owed);
@@ -191,16 +194,59 @@ ngx_int_t
 ngx_http_idempotency_redis_set(ngx_http_idempotency_store_t *store,
     u_char *key_hash, u_char *entry, size_t len, time_t ttl)
 {
-    u_char                           *p;
+    u_char       *p;
+    const char   *argv[5];
+    size_t        argvlen[5];
+    u_char        ttls[NGX_TIME_T_LEN];
+
+    p = ngx_sprintf(ttls, "%T", ttl);
+
+    argv[0] = "SET";
+    argvlen[0] = 3;
+    argv[2] = (const char *) entry;
+    argvlen[2] = len;
+    argv[3] = "EX";
+    argvlen[3] = 2;
+    argv[4] = (const char *) ttls;
+    argvlen[4] = p - ttls;
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "idempotency redis store: %uz bytes, ttl %T", len, ttl);
+
+    return ngx_http_idempotency_redis_write(store, "store", key_hash, 5,
+                                            argv, argvlen);
+}
+
+
+ngx_int_t
+ngx_http_idempotency_redis_del(ngx_http_idempotency_store_t *store,
+    u_char *key_hash)
+{
+    const char  *argv[2];
+    size_t       argvlen[2];
+
+    argv[0] = "DEL";
+    argvlen[0] = 3;
+
+    return ngx_http_idempotency_redis_write(store, "delete", key_hash, 2,
+                                            argv, argvlen);
+}
+
+
+/*
+ * A write whose reply nobody waits for, with its own deadline; argv[1]
+ * is made the key's.  An entry is only an optimisation: none is written
+ * while Redis is away, and nothing waits for it.
+ */
+
+static ngx_int_t
+ngx_http_idempotency_redis_write(ngx_http_idempotency_store_t *store,
+    const char *name, u_char *key_hash, int argc, const char **argv,
+    size_t *argvlen)
+{
     ngx_str_t                        *key;
     ngx_http_idempotency_redis_t     *client;
     ngx_http_idempotency_redis_op_t  *op;
-    const char                       *argv[5];
-    size_t                            argvlen[5];
-    u_char                            ttls[NGX_TIME_T_LEN];
-
-    /* an entry is only an optimisation: none is written while Redis is
-     * away, and nothing waits for it */
 
     client = ngx_http_idempotency_redis_client(store);
 
@@ -210,36 +256,26 @@ ngx_http_idempotency_redis_set(ngx_http_idempotency_store_t *store,
         return NGX_DECLINED;
     }
 
-    op = ngx_http_idempotency_redis_op(client, "store");
+    op = ngx_http_idempotency_redis_op(client, name);
     if (op == NULL) {
         return NGX_DECLINED;
     }
 
     key = ngx_http_idempotency_redis_key(client, key_hash);
-    p = ngx_sprintf(ttls, "%T", ttl);
 
-    argv[0] = "SET";
-    argvlen[0] = 3;
     argv[1] = (const char *) key->data;
     argvlen[1] = key->len;
-    argv[2] = (const char *) entry;
-    argvlen[2] = len;
-    argv[3] = "EX";
-    argvlen[3] = 2;
-    argv[4] = (const char *) ttls;
-    argvlen[4] = p - ttls;
 
     /* the library copies the command into its output buffer */
 
-    if (ngx_http_idempotency_redis_send(op, 5, argv, argvlen) != NGX_OK) {
+    if (ngx_http_idempotency_redis_send(op, argc, argv, argvlen) != NGX_OK) {
         return NGX_DECLINED;
     }
 
     ngx_add_timer(&op->timer, store->redis_timeout);
 
-    ngx_log_debug4(NGX_LOG_DEBUG_HTTP, client->log, 0,
-                   "idempotency redis store: %V, %uz bytes, ttl %T (op %p)",
-                   key, len, ttl, op);
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, client->log, 0,
+                   "idempotency redis %s: %V (op %p)", name, key, op);
 
     return NGX_OK;
 }

@@ -5,9 +5,10 @@
  *
  * Each worker keeps one connection per store, made on first use; every
  * operation is pipelined on it.  An "op" is one lookup (GETRANGE and
- * PTTL of a key) or one store (SET ... EX); each has its own deadline,
- * redis_timeout.  While Redis is down the ops fail at once, so a request
- * never waits for a Redis that is known to be away.
+ * PTTL of a key), one store (SET ... EX) or one delete (DEL: an
+ * operator forgot the key); each has its own deadline, redis_timeout.
+ * While Redis is down the ops fail at once, so a request never waits for
+ * a Redis that is known to be away.
  */
 
 
@@ -78,6 +79,13 @@ ngx_http_idempotency_redis_op_t *ngx_http_idempotency_redis_get(
 /* SET key entry EX ttl, fire and forget; NGX_DECLINED if not sent */
 ngx_int_t ngx_http_idempotency_redis_set(ngx_http_idempotency_store_t *store,
     u_char *key_hash, u_char *entry, size_t len, time_t ttl);
+
+/*
+ * DEL key, fire and forget (an operator forgot the key); NGX_DECLINED if
+ * not sent: Redis is down, and the entry lives until its TTL
+ */
+ngx_int_t ngx_http_idempotency_redis_del(ngx_http_idempotency_store_t *store,
+    u_char *key_hash);
 
 /* 0 while this worker has Redis down, else 1 (for metrics) */
 ngx_uint_t ngx_http_idempotency_redis_up(ngx_http_idempotency_store_t *store);

@@ -31,14 +31,15 @@ typedef struct {
 } ngx_http_idempotency_row_t;
 
 
-static ngx_int_t ngx_http_idempotency_result_bind(
-    ngx_http_idempotency_op_t *op, MYSQL_STMT *stmt, MYSQL_BIND *bind,
-    ngx_http_idempotency_row_t *row);
+static ngx_int_t ngx_http_idempotency_result_all(
+    ngx_http_idempotency_op_t *op, MYSQL_RES *res);
+static ngx_int_t ngx_http_idempotency_result_bind(ngx_pool_t *pool,
+    MYSQL_STMT *stmt, MYSQL_BIND *bind, ngx_http_idempotency_row_t *row);
 static ngx_int_t ngx_http_idempotency_result_fetch(MYSQL_STMT *stmt,
     MYSQL_BIND *bind, ngx_http_idempotency_row_t *row, ngx_pool_t *pool);
 static ngx_int_t ngx_http_idempotency_result_rows(
     ngx_http_idempotency_op_t *op, MYSQL_STMT *stmt, MYSQL_BIND *bind,
-    ngx_http_idempotency_row_t *row, ngx_uint_t rows);
+    ngx_http_idempotency_row_t *row, ngx_uint_t rows, ngx_pool_t *pool);
 static ngx_int_t ngx_http_idempotency_result_copy(
     ngx_http_idempotency_op_t *op, ngx_http_idempotency_row_t *row);
 
@@ -81,7 +82,64 @@ ngx_http_idempotency_result_text(ngx_http_idempotency_op_t *op,
         op->fields[i].len = lengths[i];
     }
 
+    if (op->all_rows && op->nrows) {
+        if (ngx_http_idempotency_result_all(op, res) != NGX_OK) {
+            mysql_free_result(res);
+            return NGX_ERROR;
+        }
+    }
+
     mysql_free_result(res);
+
+    return NGX_OK;
+}
+
+
+/* every row, for the statements that list keys (admin.c) */
+
+static ngx_int_t
+ngx_http_idempotency_result_all(ngx_http_idempotency_op_t *op,
+    MYSQL_RES *res)
+{
+    u_char         *p;
+    ngx_str_t      *f;
+    MYSQL_ROW       row;
+    ngx_uint_t      i, r;
+    unsigned long  *lengths;
+
+    op->rows = ngx_pcalloc(op->pool,
+                           op->nrows * op->nfields * sizeof(ngx_str_t));
+    if (op->rows == NULL) {
+        return NGX_ERROR;
+    }
+
+    mysql_data_seek(res, 0);
+
+    for (r = 0; r < op->nrows; r++) {
+        row = mysql_fetch_row(res);
+        if (row == NULL) {
+            return NGX_ERROR;
+        }
+
+        lengths = mysql_fetch_lengths(res);
+        f = &op->rows[r * op->nfields];
+
+        for (i = 0; i < op->nfields; i++) {
+            if (row[i] == NULL) {
+                continue;
+            }
+
+            p = ngx_pnalloc(op->pool, lengths[i] ? lengths[i] : 1);
+            if (p == NULL) {
+                return NGX_ERROR;
+            }
+
+            ngx_memcpy(p, row[i], lengths[i]);
+
+            f[i].data = p;
+            f[i].len = lengths[i];
+        }
+    }
 
     return NGX_OK;
 }
@@ -94,6 +152,7 @@ ngx_http_idempotency_result_stmt(ngx_http_idempotency_op_t *op,
     int                          rc;
     ngx_int_t                    ok;
     ngx_uint_t                   i, n, rows;
+    ngx_pool_t                  *pool;
     ngx_http_idempotency_op_t   *m;
     ngx_http_idempotency_row_t   row;
 
@@ -110,29 +169,43 @@ ngx_http_idempotency_result_stmt(ngx_http_idempotency_op_t *op,
     }
 
     ok = NGX_OK;
+    pool = NULL;
 
     if (rows == 0) {
         goto done;
     }
 
+    /*
+     * The rows of a batch are fetched into memory of their own, and each
+     * op copies its row: the first op's pool, which a replay may keep,
+     * does not hold every row of the batch.
+     */
+
+    batch = batch && op->match;
+
+    pool = batch ? ngx_create_pool(4096, op->log) : op->pool;
+
     row.n = n;
 
-    if (n > NGX_HTTP_IDEMPOTENCY_MAX_FIELDS
-        || ngx_http_idempotency_result_bind(op, stmt, bind, &row) != NGX_OK)
+    if (pool == NULL
+        || n > NGX_HTTP_IDEMPOTENCY_MAX_FIELDS
+        || ngx_http_idempotency_result_bind(pool, stmt, bind, &row)
+           != NGX_OK)
     {
         ok = NGX_ERROR;
         goto done;
     }
 
-    if (batch && op->match) {
-        ok = ngx_http_idempotency_result_rows(op, stmt, bind, &row, rows);
+    if (batch) {
+        ok = ngx_http_idempotency_result_rows(op, stmt, bind, &row, rows,
+                                              pool);
         goto done;
     }
 
     rc = mysql_stmt_fetch(stmt);
 
     if ((rc != 0 && rc != MYSQL_DATA_TRUNCATED)
-        || ngx_http_idempotency_result_fetch(stmt, bind, &row, op->pool)
+        || ngx_http_idempotency_result_fetch(stmt, bind, &row, pool)
            != NGX_OK)
     {
         ok = NGX_ERROR;
@@ -152,15 +225,19 @@ done:
 
     (void) mysql_stmt_free_result(stmt);   /* stored: no I/O */
 
+    if (batch && pool) {
+        ngx_destroy_pool(pool);
+    }
+
     return ok;
 }
 
 
-/* a buffer in op->pool for each column, bound as a string */
+/* a buffer in pool for each column, bound as a string */
 
 static ngx_int_t
-ngx_http_idempotency_result_bind(ngx_http_idempotency_op_t *op,
-    MYSQL_STMT *stmt, MYSQL_BIND *bind, ngx_http_idempotency_row_t *row)
+ngx_http_idempotency_result_bind(ngx_pool_t *pool, MYSQL_STMT *stmt,
+    MYSQL_BIND *bind, ngx_http_idempotency_row_t *row)
 {
     size_t        size;
     MYSQL_RES    *meta;
@@ -183,7 +260,7 @@ ngx_http_idempotency_result_bind(ngx_http_idempotency_op_t *op,
         size = ngx_min(ngx_max(fields[i].max_length, NGX_INT64_LEN) + 1,
                        NGX_HTTP_IDEMPOTENCY_RESULT_FETCH);
 
-        b->buffer = ngx_pnalloc(op->pool, size);
+        b->buffer = ngx_pnalloc(pool, size);
         if (b->buffer == NULL) {
             mysql_free_result(meta);
             return NGX_ERROR;
@@ -254,7 +331,7 @@ ngx_http_idempotency_result_fetch(MYSQL_STMT *stmt, MYSQL_BIND *bind,
 static ngx_int_t
 ngx_http_idempotency_result_rows(ngx_http_idempotency_op_t *op,
     MYSQL_STMT *stmt, MYSQL_BIND *bind, ngx_http_idempotency_row_t *row,
-    ngx_uint_t rows)
+    ngx_uint_t rows, ngx_pool_t *pool)
 {
     int                             rc;
     ngx_uint_t                      r;
@@ -266,7 +343,7 @@ ngx_http_idempotency_result_rows(ngx_http_idempotency_op_t *op,
 
         if ((rc != 0 && rc != MYSQL_DATA_TRUNCATED)
             || row->nul[0]
-            || ngx_http_idempotency_result_fetch(stmt, bind, row, op->pool)
+            || ngx_http_idempotency_result_fetch(stmt, bind, row, pool)
                != NGX_OK)
         {
             return NGX_ERROR;

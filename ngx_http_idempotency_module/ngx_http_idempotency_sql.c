@@ -95,7 +95,7 @@ static ngx_http_idempotency_part_t  ngx_http_idempotency_read_parts[] = {
     { "SELECT key_hash, state, owner, fingerprint, "
       "GREATEST(TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(3), expires_at), 0), "
       NGX_HTTP_IDEMPOTENCY_SQL_EXPIRED ", "
-      "state = 0 AND lease_until <= UTC_TIMESTAMP(3), status, "
+      "state = 0 AND lease_until <= UTC_TIMESTAMP(3), status, epoch, "
       "IF(state = 1 AND expires_at > UTC_TIMESTAMP(3) "
       "AND IFNULL(fingerprint IN (", NULL },
     { "?", ", " },
@@ -107,20 +107,23 @@ static ngx_http_idempotency_part_t  ngx_http_idempotency_read_parts[] = {
 
 
 /*
- * TAKE: owner, fingerprint to store, ttl, lease us, key, fingerprint;
- * assignments run left to right, so created_at and expires_at are tested
- * before expires_at changes
+ * TAKE: owner, fingerprint to store, ttl, lease us, key, the epoch the
+ * READ saw, fingerprint; assignments run left to right, so created_at and
+ * expires_at are tested before expires_at changes.  Conditional on the
+ * epoch too, so that the claim knows its own: one more than it read.
  */
 
 static ngx_http_idempotency_part_t  ngx_http_idempotency_take_parts[] = {
     { "UPDATE `%V` SET owner = ?, state = 0, fingerprint = ?, "
+      "epoch = epoch + 1, "
       "created_at = IF(expires_at <= UTC_TIMESTAMP(3), "
       "UTC_TIMESTAMP(3), created_at), "
       "expires_at = IF(expires_at <= UTC_TIMESTAMP(3), "
       "UTC_TIMESTAMP(3) + INTERVAL ? SECOND, expires_at), "
       "lease_until = UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND, "
       "status = NULL, response = NULL "
-      "WHERE key_hash = ? AND (" NGX_HTTP_IDEMPOTENCY_SQL_EXPIRED " OR "
+      "WHERE key_hash = ? AND epoch = ? AND ("
+      NGX_HTTP_IDEMPOTENCY_SQL_EXPIRED " OR "
       NGX_HTTP_IDEMPOTENCY_SQL_DEAD ")", NULL },
     { NULL, NULL }
 };
@@ -380,9 +383,13 @@ ngx_http_idempotency_sql_claim(ngx_http_idempotency_shard_t *shard,
         ngx_http_idempotency_op_num(op, cl->ttl);
         ngx_http_idempotency_op_num(op, (long long) cl->lease * 1000);
 
-        if (ngx_http_idempotency_op_bytes(op, cl->key_hash, 32) != NGX_OK
-            || ngx_http_idempotency_op_bytes(op, fp, 32) != NGX_OK)
-        {
+        if (ngx_http_idempotency_op_bytes(op, cl->key_hash, 32) != NGX_OK) {
+            goto failed;
+        }
+
+        ngx_http_idempotency_op_num(op, cl->epoch);
+
+        if (ngx_http_idempotency_op_bytes(op, fp, 32) != NGX_OK) {
             goto failed;
         }
 
@@ -407,8 +414,8 @@ failed:
 
 ngx_http_idempotency_op_t *
 ngx_http_idempotency_sql_complete(ngx_http_idempotency_shard_t *shard,
-    ngx_log_t *log, u_char *key_hash, u_char *owner, ngx_uint_t status,
-    ngx_str_t *record)
+    ngx_log_t *log, u_char *key_hash, u_char *owner, ngx_uint_t state,
+    ngx_uint_t status, ngx_str_t *record)
 {
     ngx_http_idempotency_op_t  *op;
 
@@ -420,8 +427,11 @@ ngx_http_idempotency_sql_complete(ngx_http_idempotency_shard_t *shard,
 
     op->name = "complete";
 
-    ngx_http_idempotency_op_num(op, record ? NGX_HTTP_IDEMPOTENCY_ROW_DONE
-                                           : NGX_HTTP_IDEMPOTENCY_ROW_UNSTORED);
+    if (record == NULL && state == NGX_HTTP_IDEMPOTENCY_ROW_DONE) {
+        state = NGX_HTTP_IDEMPOTENCY_ROW_UNSTORED;
+    }
+
+    ngx_http_idempotency_op_num(op, state);
     ngx_http_idempotency_op_num(op, status);
     ngx_http_idempotency_op_ref(op, record ? record->data : NULL,
                                 record ? record->len : 0);
@@ -477,6 +487,80 @@ ngx_http_idempotency_sql_release(ngx_http_idempotency_shard_t *shard,
     p = ngx_sprintf(op->sql.data, "DELETE FROM `%V` WHERE key_hash = ",
                     &shard->store->table);
     p = ngx_http_idempotency_owned(p, key_hash, owner);
+
+    op->sql.len = p - op->sql.data;
+
+    return op;
+}
+
+
+/*
+ * The server's connection thread that ran a statement whose outcome is
+ * unknown: KILL ends it (a statement still waiting, for a lock or on a
+ * lost client, is rolled back), and PROCESSLIST says once it is gone; a
+ * user may do both to its own threads.
+ */
+
+ngx_http_idempotency_op_t *
+ngx_http_idempotency_sql_kill(ngx_http_idempotency_shard_t *shard,
+    ngx_log_t *log, ngx_uint_t thread)
+{
+    ngx_http_idempotency_op_t  *op;
+
+    op = ngx_http_idempotency_sql_text(shard, log, "kill",
+                                       NGX_HTTP_IDEMPOTENCY_OP_OTHER);
+    if (op == NULL) {
+        return NULL;
+    }
+
+    op->sql.len = ngx_sprintf(op->sql.data, "KILL %ui", thread)
+                  - op->sql.data;
+
+    return op;
+}
+
+
+ngx_http_idempotency_op_t *
+ngx_http_idempotency_sql_running(ngx_http_idempotency_shard_t *shard,
+    ngx_log_t *log, ngx_uint_t thread)
+{
+    ngx_http_idempotency_op_t  *op;
+
+    op = ngx_http_idempotency_sql_text(shard, log, "processlist",
+                                       NGX_HTTP_IDEMPOTENCY_OP_OTHER);
+    if (op == NULL) {
+        return NULL;
+    }
+
+    op->sql.len = ngx_sprintf(op->sql.data, "SELECT COUNT(*) FROM "
+                              "information_schema.PROCESSLIST WHERE ID = %ui",
+                              thread)
+                  - op->sql.data;
+
+    return op;
+}
+
+
+/* the key's state, and whether owner holds it: "1" or "0" */
+
+ngx_http_idempotency_op_t *
+ngx_http_idempotency_sql_owner(ngx_http_idempotency_shard_t *shard,
+    ngx_log_t *log, u_char *key_hash, u_char *owner)
+{
+    u_char                     *p;
+    ngx_http_idempotency_op_t  *op;
+
+    op = ngx_http_idempotency_sql_text(shard, log, "owner",
+                                       NGX_HTTP_IDEMPOTENCY_OP_OTHER);
+    if (op == NULL) {
+        return NULL;
+    }
+
+    p = ngx_cpymem(op->sql.data, "SELECT state, owner = ",
+                   sizeof("SELECT state, owner = ") - 1);
+    p = ngx_http_idempotency_hex(p, owner, NGX_HTTP_IDEMPOTENCY_TOKEN_LEN);
+    p = ngx_sprintf(p, " FROM `%V` WHERE key_hash = ", &shard->store->table);
+    p = ngx_http_idempotency_hex(p, key_hash, NGX_HTTP_IDEMPOTENCY_HASH_LEN);
 
     op->sql.len = p - op->sql.data;
 

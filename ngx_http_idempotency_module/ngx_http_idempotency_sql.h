@@ -27,8 +27,9 @@
 #define NGX_HTTP_IDEMPOTENCY_F_EXPIRED    5   /* past retention, no lease */
 #define NGX_HTTP_IDEMPOTENCY_F_DEAD       6   /* in progress, lease ended */
 #define NGX_HTTP_IDEMPOTENCY_F_STATUS     7
-#define NGX_HTTP_IDEMPOTENCY_F_RESPONSE   8   /* completed, unexpired */
-#define NGX_HTTP_IDEMPOTENCY_F_COUNT      9
+#define NGX_HTTP_IDEMPOTENCY_F_EPOCH      8   /* of the last claim */
+#define NGX_HTTP_IDEMPOTENCY_F_RESPONSE   9   /* completed, unexpired */
+#define NGX_HTTP_IDEMPOTENCY_F_COUNT      10
 
 /* "take": the row may be taken over, and why */
 #define NGX_HTTP_IDEMPOTENCY_TAKE_EXPIRED 1
@@ -41,6 +42,7 @@ typedef struct {
     u_char       *fingerprint;     /* NULL: fingerprints are not compared */
     ngx_msec_t    lease;
     time_t        ttl;
+    ngx_uint_t    epoch;           /* TAKE: the epoch the READ saw */
 } ngx_http_idempotency_claim_t;
 
 
@@ -71,13 +73,25 @@ ngx_http_idempotency_op_t *ngx_http_idempotency_sql_purge(
     ngx_http_idempotency_shard_t *shard, ngx_log_t *log, ngx_uint_t batch);
 
 /*
- * The completion UPDATE: with record == NULL the response is recorded as
- * executed but not stored.  The record is not copied: it must stay until
- * the op's handler runs.
+ * The completion UPDATE: the row's final state (ROW_DONE with the record;
+ * with record == NULL the response is recorded as executed but not
+ * stored), or ROW_UNSTORED, ROW_UNKNOWN.  The record is not copied: it
+ * must stay until the op's handler runs.
  */
 ngx_http_idempotency_op_t *ngx_http_idempotency_sql_complete(
     ngx_http_idempotency_shard_t *shard, ngx_log_t *log, u_char *key_hash,
-    u_char *owner, ngx_uint_t status, ngx_str_t *record);
+    u_char *owner, ngx_uint_t state, ngx_uint_t status, ngx_str_t *record);
+
+/* KILL of a server thread; the count of its PROCESSLIST rows (0: gone) */
+ngx_http_idempotency_op_t *ngx_http_idempotency_sql_kill(
+    ngx_http_idempotency_shard_t *shard, ngx_log_t *log, ngx_uint_t thread);
+ngx_http_idempotency_op_t *ngx_http_idempotency_sql_running(
+    ngx_http_idempotency_shard_t *shard, ngx_log_t *log, ngx_uint_t thread);
+
+/* the key's state, and whether owner holds it ("1" or "0") */
+ngx_http_idempotency_op_t *ngx_http_idempotency_sql_owner(
+    ngx_http_idempotency_shard_t *shard, ngx_log_t *log, u_char *key_hash,
+    u_char *owner);
 
 /* a result field is these bytes; its number (-1: NULL or empty) */
 ngx_uint_t ngx_http_idempotency_field_is(ngx_str_t *f, u_char *data,

@@ -455,6 +455,28 @@ ngx_http_idempotency_tier_put(ngx_http_idempotency_store_t *store,
 }
 
 
+/*
+ * Called once the row is gone or changed, not before: a duplicate that
+ * read the row before then may still put the entry back (its replay
+ * fills the tiers), which is the one way a forgotten response replays on
+ * this nginx.
+ */
+
+ngx_int_t
+ngx_http_idempotency_tier_forget(ngx_http_idempotency_store_t *store,
+    u_char *key_hash)
+{
+    if (store->cache) {
+        (void) ngx_http_idempotency_cache_delete(store->cache, key_hash);
+    }
+
+    if (store->redis_name.len == 0) {
+        return NGX_OK;
+    }
+
+    return ngx_http_idempotency_redis_del(store, key_hash);
+}
+
 
 ngx_int_t
 ngx_http_idempotency_tier_peek(ngx_http_idempotency_ctx_t *ctx)

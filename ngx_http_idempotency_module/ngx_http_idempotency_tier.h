@@ -42,6 +42,14 @@ void ngx_http_idempotency_tier_put(ngx_http_idempotency_store_t *store,
     u_char *key_hash, ngx_uint_t flags, u_char *fingerprint, time_t expires,
     ngx_chain_t *record, size_t len);
 
+/*
+ * An operator forgot a completed key: this nginx's cache zone drops its
+ * entry and Redis is sent a DEL.  NGX_DECLINED: the store has Redis and
+ * the DEL was not sent (Redis is down); the entry lives until its TTL.
+ */
+ngx_int_t ngx_http_idempotency_tier_forget(
+    ngx_http_idempotency_store_t *store, u_char *key_hash);
+
 /* the request ends: a Redis lookup in flight is detached */
 void ngx_http_idempotency_tier_cleanup(ngx_http_idempotency_ctx_t *ctx);
 

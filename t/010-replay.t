@@ -81,8 +81,8 @@ Idempotency-Key: t010-4
 --- config eval
 IdemTest::orders_location()
 --- init
-my $r1 = `curl -s -i -X POST -H 'Idempotency-Key: t010-5' --data-binary x 'http://127.0.0.1:@{[port()]}/orders?cookies=2'`;
-my $r2 = `curl -s -i -X POST -H 'Idempotency-Key: t010-5' --data-binary x 'http://127.0.0.1:@{[port()]}/orders?cookies=2'`;
+my $r1 = curl_post('/orders?cookies=2', 't010-5', '-i');
+my $r2 = curl_post('/orders?cookies=2', 't010-5', '-i');
 for ($r1, $r2) { s/^Date: .*\r\n//mg; }
 $r2 =~ s/^Idempotent-Replayed: true\r\n//m or die "no replay header in:\n$r2";
 $r1 eq $r2 or die "replay differs:\n$r1\n---\n$r2";
@@ -107,8 +107,7 @@ IdemTest::orders_location(count => 1)
 --- init
 # every execution gets a new Location (/orders/ord-<n>, n counts all
 # executions): the replay must carry the first response's own
-my $url = "http://127.0.0.1:@{[port()]}/orders";
-my @r = map { scalar `curl -s -i -X POST -H 'Idempotency-Key: t010-6' --data-binary x $url` } 1 .. 2;
+my @r = map { curl_post('/orders', 't010-6', '-i') } 1 .. 2;
 my @loc = map { m{^Location: (\S+)\r$}mi ? $1 : '' } @r;
 like($loc[0], qr{^/orders/ord-\d+$}, 'TEST 6: the first response has a Location');
 unlike($r[0], qr/^Idempotent-Replayed:/mi, 'TEST 6: the first request is executed');
@@ -208,8 +207,8 @@ Idempotency-Key: t010-8
 --- config eval
 IdemTest::orders_location()
 --- init
-my $a = `curl -s -X POST -H 'Idempotency-Key: t010-9' --data-binary x 'http://127.0.0.1:@{[port()]}/orders?gzip=1'`;
-my $b = `curl -s -X POST -H 'Idempotency-Key: t010-9' --data-binary x 'http://127.0.0.1:@{[port()]}/orders?gzip=1'`;
+my $a = curl_post('/orders?gzip=1', 't010-9');
+my $b = curl_post('/orders?gzip=1', 't010-9');
 length($a) > 20 && $a eq $b && substr($a, 0, 2) eq "\x1f\x8b" or die "gzip replay differs";
 --- request
 POST /orders?gzip=1
@@ -278,7 +277,8 @@ x
 --- config eval
 IdemTest::orders_location(add_header => 'X-Idem X-Key')
 --- init
-system("curl -s -o /dev/null -X POST -H 'Idempotency-Key: t010-13' --data-binary x http://127.0.0.1:@{[port()]}/orders") == 0 or die "curl failed";
+curl_post('/orders', 't010-13');
+$? == 0 or die "curl failed";
 --- more_headers
 Idempotency-Key: "t010-13"
 --- request

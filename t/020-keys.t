@@ -6,14 +6,7 @@ use IdemTest;
 
 no_shuffle();
 
-add_block_preprocessor(sub {
-    my $block = shift;
-
-    if (!defined $block->config) {
-        $block->set_value('config',
-                          orders_location(add_header => 'X-Idem', count => 1));
-    }
-});
+block_defaults(config => orders_location(add_header => 'X-Idem', count => 1));
 
 run_tests();
 

@@ -1,5 +1,9 @@
-# Failures give the key back (a retry executes again); a response that is
-# too large to keep is executed once and never again.
+# What happens to a key on the ways a forwarded request can fail: a 5xx
+# gives it back, and so does an upstream that never got the request (a
+# retry executes again); a request that was sent and got no complete
+# response has an unknown outcome (never executed again, retries get 502
+# outcome-unknown); a response that is too large to keep is executed once
+# and never again.
 
 use lib 't';
 use Test::Nginx::Socket 'no_plan';
@@ -7,19 +11,13 @@ use IdemTest;
 
 no_shuffle();
 
-add_block_preprocessor(sub {
-    my $block = shift;
-
-    if (!defined $block->config) {
-        $block->set_value('config', orders_location(proxy_read_timeout => '1s',
-            add_header => 'X-Idem', count => 1) . <<'CONF');
+block_defaults(config => orders_location(proxy_read_timeout => '1s',
+    add_header => 'X-Idem', count => 1) . <<'CONF');
     location /down {
         idempotency main;
         proxy_pass http://127.0.0.1:1;
     }
 CONF
-    }
-});
 
 run_tests();
 
@@ -86,46 +84,50 @@ Idempotency-Key: t040-4
 
 
 
-=== TEST 5: upstream timeout: 504, the retry executes again
+=== TEST 5: upstream timeout: 504 for the first, outcome-unknown for the retry, executed once
 --- more_headers
 Idempotency-Key: t040-5
 --- request eval
-["POST /orders?delay=2000\nx", "POST /orders?delay=2000\nx"]
+["POST /orders?delay=2000\nx", "POST /orders?delay=2000\nx", "GET /count?key=t040-5"]
 --- error_code eval
-[504, 504]
+[504, 502, 200]
 --- response_headers eval
-["X-Idem: new", "X-Idem: new"]
+["X-Idem: new", "X-Idem: unknown\nContent-Type: application/problem+json", ""]
+--- response_body_like eval
+['', '"type":"urn:ngx-idempotency:problem:outcome-unknown"', '^1$']
 --- timeout: 6
 
 
 
-=== TEST 6: upstream reset mid-body: the key is released, a retry executes
+=== TEST 6: upstream reset mid-body: the outcome is unknown, a retry does not execute
 --- init
-for (1 .. 2) {
-    system("curl -s -o /dev/null -X POST -H 'Idempotency-Key: t040-6' --data-binary x 'http://127.0.0.1:@{[port()]}/orders?reset=1'");
-    select(undef, undef, undef, 0.5);
-}
---- request
-GET /count?key=t040-6
---- error_code: 200
---- response_body eval
-"2"
+curl_post('/orders?reset=1', 't040-6');
+select(undef, undef, undef, 0.5);
+--- more_headers
+Idempotency-Key: t040-6
+--- request eval
+["POST /orders?reset=1\nx", "GET /count?key=t040-6"]
+--- error_code eval
+[502, 200]
+--- response_body_like eval
+['"type":"urn:ngx-idempotency:problem:outcome-unknown"', '^1$']
 
 
 
-=== TEST 7: a response shorter than its Content-Length is not stored
+=== TEST 7: a response shorter than its Content-Length is not stored, and not executed again
 --- config eval
 IdemTest::orders_location(proxy_buffering => 'off', count => 1)
 --- init
-for (1 .. 2) {
-    system("curl -s -o /dev/null -X POST -H 'Idempotency-Key: t040-7' --data-binary x 'http://127.0.0.1:@{[port()]}/orders?reset=1'");
-    select(undef, undef, undef, 0.5);
-}
---- request
-GET /count?key=t040-7
---- error_code: 200
---- response_body eval
-"2"
+curl_post('/orders?reset=1', 't040-7');
+select(undef, undef, undef, 0.5);
+--- more_headers
+Idempotency-Key: t040-7
+--- request eval
+["POST /orders?reset=1\nx", "GET /count?key=t040-7"]
+--- error_code eval
+[502, 200]
+--- response_body_like eval
+['"type":"urn:ngx-idempotency:problem:outcome-unknown"', '^1$']
 
 
 
@@ -166,7 +168,7 @@ exceeds idempotency_max_response_size, not stored
 --- config eval
 IdemTest::orders_location(idempotency_lease => '10s', count => 1)
 --- init
-system("curl -s -o /dev/null --max-time 0.5 -X POST -H 'Idempotency-Key: t040-10' --data-binary x 'http://127.0.0.1:@{[port()]}/orders?delay=1500'");
+curl_post('/orders?delay=1500', 't040-10', '--max-time', '0.5');
 sleep 2;
 --- more_headers
 Idempotency-Key: t040-10
@@ -185,7 +187,7 @@ Idempotency-Key: t040-10
 --- config eval
 IdemTest::orders_location(proxy_buffering => 'off', count => 1)
 --- init
-system("curl -s -o /dev/null --max-time 0.7 -X POST -H 'Idempotency-Key: t040-11' --data-binary x 'http://127.0.0.1:@{[port()]}/orders?size=4000&slow_body=2000'");
+curl_post('/orders?size=4000&slow_body=2000', 't040-11', '--max-time', '0.7');
 sleep 2.5;
 --- more_headers
 Idempotency-Key: t040-11

@@ -21,17 +21,10 @@ sub seed {
         . " UTC_TIMESTAMP(3) + INTERVAL $expires SECOND)");
 }
 
-add_block_preprocessor(sub {
-    my $block = shift;
-
-    # leases down to 600ms: a query_timeout a third of that
-    $block->set_value('http_config', store_config(query_timeout => '200ms'));
-
-    if (!defined $block->config) {
-        $block->set_value('config', orders_location(idempotency_lease => '2s',
-            add_header => 'X-Idem', count => 1));
-    }
-});
+# leases down to 600ms: a query_timeout a third of that
+block_defaults(http_config => store_config(query_timeout => '200ms'),
+               config => orders_location(idempotency_lease => '2s',
+                                         add_header => 'X-Idem', count => 1));
 
 run_tests();
 
@@ -116,7 +109,8 @@ Idempotency-Key: t050-4
 IdemTest::orders_location(idempotency_ttl => '1s',
     idempotency_lease => '600ms', add_header => 'X-Idem', count => 1)
 --- init
-system("curl -s -o /dev/null -X POST -H 'Idempotency-Key: t050-5' --data-binary x http://127.0.0.1:@{[port()]}/orders") == 0 or die;
+curl_post('/orders', 't050-5');
+$? == 0 or die "curl failed";
 sleep 2;
 --- more_headers
 Idempotency-Key: t050-5

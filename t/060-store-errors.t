@@ -195,7 +195,7 @@ IdemStress::wait_for('the claim of key a waiting on the row lock', 30, sub {
 # key b needs the connection while a holds it, and may not queue: it
 # fails at once (were it queued, it would wait for the lock until curl
 # gives up, long before query_timeout)
-my $rb = `curl -s --max-time 5 -w '\\n%{http_code}' -X POST -H 'Idempotency-Key: t060-7b' --data-binary x http://127.0.0.1:@{[port()]}/orders`;
+my $rb = curl_post('/orders', 't060-7b', '--max-time', '5', '-w', '\n%{http_code}');
 print $lock "ROLLBACK;\n";
 close $lock;
 unlink $out;
@@ -212,7 +212,7 @@ my $id = IdemStress::key_id('t060-7b');
 like($log, qr/claim of key \Q$id\E failed: no free connection \(pool and wait queue full\), rejecting the request/,
      'TEST 7: ... because the pool and its wait queue were full');
 # a, once the row was free, was claimed, executed and stored
-my $ra = `curl -s -i -X POST -H 'Idempotency-Key: t060-7a' --data-binary x http://127.0.0.1:@{[port()]}/orders`;
+my $ra = curl_post('/orders', 't060-7a', '-i');
 like($ra, qr{^HTTP/1\.1 201 .*^Idempotent-Replayed: true\r$}ms,
      'TEST 7: key a, claimed once the row was free, is replayed');
 --- more_headers
@@ -235,7 +235,7 @@ Idempotency-Key: t060-7b
 --- config eval
 IdemTest::orders_location(idempotency => 'flaky', add_header => 'X-Idem')
 --- init
-my $code = `curl -s -o /dev/null -w '%{http_code}' -X POST -H 'Idempotency-Key: t060-8' --data-binary x http://127.0.0.1:@{[port()]}/orders`;
+my $code = curl_post('/orders', 't060-8', '-o', '/dev/null', '-w', '%{http_code}');
 $code eq '503' or die "with the store away: $code";
 $main::proxy = tcp_proxy(3399, $ENV{TEST_NGINX_MYSQL_PORT});
 select(undef, undef, undef, 0.6);

@@ -20,10 +20,7 @@ use lib 't/stress';
 use IdemStress;
 use IdemStress::Races;
 
-for my $v (qw(MYSQL_PORT BACKEND_PORT)) {
-    plan skip_all => "TEST_NGINX_$v is not set: run with 'make test'"
-        unless $ENV{"TEST_NGINX_$v"};
-}
+IdemStress::begin_file('MYSQL_PORT');
 
 my $long = ($ENV{IDEM_STRESS} // '') eq 'long';
 my $conc = $ENV{IDEM_STRESS_CONCURRENCY} || 100;
@@ -36,8 +33,6 @@ my $par = $long ? 4 : 2;
 my @ports = (port(81), port(82));
 my @ngx;
 
-$SIG{INT} = $SIG{TERM} = sub { exit 1 };
-IdemStress::lock_dir();
 END { $_->stop for grep { defined } @ngx }
 
 for my $i (0, 1) {

@@ -21,11 +21,7 @@ use Time::HiRes qw(time sleep);
 use lib 't/stress';
 use IdemStress;
 
-plan skip_all => "TEST_NGINX_BACKEND_PORT is not set: run with 'make test'"
-    unless $ENV{TEST_NGINX_BACKEND_PORT};
-
-$SIG{INT} = $SIG{TERM} = sub { exit 1 };
-IdemStress::lock_dir();
+IdemStress::begin_file();
 
 my $P = port(181);      # nginx "fault1"
 my $P2 = port(182);     # nginx "fault2", same store
@@ -55,12 +51,7 @@ sub http_conf {
                       query_timeout => '1s')
          . store_line('quick', $dbp, pool => 4, connect_timeout => '300ms',
                       query_timeout => '500ms')
-         . <<"HTTP";
-    upstream backend { server 127.0.0.1:$BACKEND_PORT; }
-
-    server {
-        listen 127.0.0.1:$port;
-
+         . server_block($port, <<"SERVER");
         add_header X-Idem \$idempotency_status always;
         proxy_read_timeout 30s;
 
@@ -107,8 +98,7 @@ sub http_conf {
             proxy_pass http://backend;
         }
         location = /metrics { idempotency_metrics; }
-    }
-HTTP
+SERVER
 }
 
 $ngx = IdemStress::Nginx->start(name => 'fault1', port => $P,
@@ -149,6 +139,14 @@ sub wait_row_gone {
     my ($key, $timeout) = @_;
     return eval { wait_for("the row of $key to go", $timeout // 20,
                            sub { !row($key) }, 0.1); 1 };
+}
+
+sub wait_row_state {
+    my ($key, $want, $timeout) = @_;
+    return eval { wait_for("the row of $key in state $want", $timeout // 20,
+                           sub { my ($state) = row($key);
+                                 defined $state && $state == $want }, 0.1);
+                  1 };
 }
 
 sub wait_lease_over {
@@ -383,10 +381,14 @@ scenario(sub {
                           stats_text($st)));
 });
 
-scenario(sub {
-    my $name = 'KILL of the connection writing the response';
-    my $key = fresh('killw');
-    my $lg = IdemStress::load_start(ports => [$P], uri => '/patient?delay=3000',
+# one request of a fresh key on $uri whose completion UPDATE, held
+# behind the table lock, is killed by "$kill ID" ('KILL' or 'KILL
+# QUERY'); returns the key and the rows of the load (one request)
+sub kill_the_completion {
+    my ($name, $prefix, $uri, $kill) = @_;
+
+    my $key = fresh($prefix);
+    my $lg = IdemStress::load_start(ports => [$P], uri => $uri,
         prefix => $key, keys => 1, dups => 1, waves => 1);
     my $k = "$key-w1-k1";
 
@@ -399,11 +401,19 @@ scenario(sub {
                 @{ $db->module_conns };
         @q ? \@q : 0 }, 0.05) };
     ok($upd, "$name: the completion waits in the server");
-    $db->root_sql("KILL $_->[0]") for @{ $upd || [] };
+    $db->root_sql("$kill $_->[0]") for @{ $upd || [] };
     $db->unlock_table;
 
     my $rows = IdemStress::load_stop($lg);
     is($rows->[0]{status}, 201, "$name: the client got its response");
+
+    return ($k, $rows);
+}
+
+scenario(sub {
+    my $name = 'KILL of the connection writing the response';
+    my ($k, $rows) = kill_the_completion($name, 'killw',
+                                         '/patient?delay=3000', 'KILL');
 
     my ($final, $stuck) = settle({ $k => $rows->[0]{body} },
                                  uri => '/patient?delay=3000', timeout => 60);
@@ -420,25 +430,8 @@ scenario(sub {
     # KILL QUERY interrupts the statement (1317) but leaves the connection:
     # the conditional UPDATE is safe to repeat, so it must be retried
     my $name = 'KILL QUERY of the completion UPDATE';
-    my $key = fresh('killq');
-    my $lg = IdemStress::load_start(ports => [$P], uri => '/kq?delay=2000',
-        prefix => $key, keys => 1, dups => 1, waves => 1);
-    my $k = "$key-w1-k1";
-
-    wait_for("$k upstream", 30, sub { backend_count($k) == 1 });
-    $db->lock_table;
-
-    my $upd = eval { wait_for('the completion UPDATE', 30, sub {
-        my @q = grep { $_->[1] =~ /^(Query|Execute)$/
-                       && $_->[3] =~ /^UPDATE.*SET state/ }
-                @{ $db->module_conns };
-        @q ? \@q : 0 }, 0.05) };
-    ok($upd, "$name: the completion waits in the server");
-    $db->root_sql("KILL QUERY $_->[0]") for @{ $upd || [] };
-    $db->unlock_table;
-
-    my $rows = IdemStress::load_stop($lg);
-    is($rows->[0]{status}, 201, "$name: the client got its response");
+    my ($k, $rows) = kill_the_completion($name, 'killq', '/kq?delay=2000',
+                                         'KILL QUERY');
 
     # after the lease (3 s) a retry must replay, not run the order again
     wait_lease_over($k, 30);
@@ -454,7 +447,8 @@ scenario(sub {
 # ---------------------------------------------------------- 4. upstream
 
 # a burst of identical requests; every forwarded one (X-Idem new or
-# takeover) is one execution, a 409 never is, and the key ends up free
+# takeover) is one execution, a 409 never is, and the key ends up free,
+# stored, or (sent, and no complete answer) of unknown outcome
 sub upstream_case {
     my ($name, $uri, %o) = @_;
 
@@ -484,7 +478,18 @@ sub upstream_case {
            . "request, none for a 409");
     }
 
-    if ($o{stored}) {
+    if ($o{unknown}) {
+        # sent, and no complete response: recorded, never run again
+        ok(wait_row_state($key, 3), "$name: the outcome is recorded as "
+           . "unknown");
+        my $r = post($uri, $key);
+        ok(($r->{status} // 0) == 502
+           && ($r->{body} // '') =~ /problem:outcome-unknown/,
+           "$name: a retry learns the outcome is unknown")
+            or diag('retry: ' . desc($r));
+        is(backend_count($key), $fwd, "$name: not executed again");
+
+    } elsif ($o{stored}) {
         my ($final) = settle({ $key => 'x' }, uri => $uri);
         my $f = $final->{$key};
         ok($f && replayed($f) && $f->{status} == $o{stored},
@@ -506,10 +511,11 @@ scenario(sub {
     $f{refused} = upstream_case('upstream refuses', '/refused',
         ok => sub { ($_[0]{status} // 0) == 502 });
     $f{timeout} = upstream_case('upstream times out', '/slowup?delay=2500',
-        executes => 1, ok => sub { ($_[0]{status} // 0) == 504 });
+        executes => 1, unknown => 1,
+        ok => sub { ($_[0]{status} // 0) == 504 });
     $f{reset} = upstream_case('upstream resets mid-body',
         '/orders?reset=1&delay=300',
-        executes => 1,
+        executes => 1, unknown => 1,
         ok => sub { ($_[0]{status} // 0) == 201
                     && ($_[0]{error} // '') =~ /truncated|reset/ });
     $f{'5xx'} = upstream_case('upstream 500', '/orders?status=500&delay=300',

@@ -31,12 +31,7 @@ sub raw_post {
 
 our @SQL_KEYS;      # [header value, parsed key], checked in the table below
 
-add_block_preprocessor(sub {
-    my $block = shift;
-
-    if (!defined $block->config) {
-        $block->set_value('config',
-                          orders_location(idempotency_wait => '10s') . <<'CONF');
+block_defaults(config => orders_location(idempotency_wait => '10s') . <<'CONF');
     client_body_timeout 2s;
     add_header X-Idem $idempotency_status always;
     add_header X-Key $idempotency_key always;
@@ -67,8 +62,6 @@ add_block_preprocessor(sub {
     }
     location = /count { proxy_pass http://backend/__count; }
 CONF
-    }
-});
 
 run_tests();
 

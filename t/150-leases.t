@@ -14,11 +14,7 @@ use Time::HiRes qw(time sleep);
 use lib 't/stress';
 use IdemStress;
 
-plan skip_all => "TEST_NGINX_BACKEND_PORT is not set: run with 'make test'"
-    unless $ENV{TEST_NGINX_BACKEND_PORT};
-
-$SIG{INT} = $SIG{TERM} = sub { exit 1 };
-IdemStress::lock_dir();
+IdemStress::begin_file();
 
 my $P = port(151);
 my $RELAY = port(152);
@@ -45,12 +41,7 @@ $ngx = IdemStress::Nginx->start(name => 'leases', port => $P, workers => 1,
                        connect_timeout => '1s', query_timeout => '1s')
           . store_line('relayed', $RELAY, pool => 4,
                        connect_timeout => '300ms', query_timeout => '500ms')
-          . <<"HTTP");
-    upstream backend { server 127.0.0.1:$BACKEND_PORT; }
-
-    server {
-        listen 127.0.0.1:$P;
-
+          . server_block($P, <<"SERVER"));
         add_header X-Idem \$idempotency_status always;
 
         location /flood {
@@ -81,8 +72,7 @@ $ngx = IdemStress::Nginx->start(name => 'leases', port => $P, workers => 1,
             idempotency_wait 3s;
             proxy_pass http://backend/orders;
         }
-    }
-HTTP
+SERVER
 
 sub fresh { return "$tag-" . shift() . '-' . ++$n }
 

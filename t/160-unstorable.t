@@ -15,21 +15,14 @@ use Time::HiRes qw(time sleep);
 use lib 't/stress';
 use IdemStress;
 
-plan skip_all => "TEST_NGINX_BACKEND_PORT is not set: run with 'make test'"
-    unless $ENV{TEST_NGINX_BACKEND_PORT} && $ENV{TEST_NGINX_MYSQL_SOCKET};
-
-$SIG{INT} = $SIG{TERM} = sub { exit 1 };
-IdemStress::lock_dir();
+IdemStress::begin_file('MYSQL_SOCKET');
 
 my $P = port(161);
 my $tag = "u$$-" . int(time);
 my ($ngx, $saved);
 
 sub root_sql {
-    my ($stmt) = @_;
-    my $out = `mariadb --no-defaults --batch --skip-column-names --protocol=socket --socket='$ENV{TEST_NGINX_MYSQL_SOCKET}' -u root -e "$stmt"`;
-    die "mariadb failed: $stmt\n" if $?;
-    chomp $out;
+    chomp(my $out = IdemStress::sql_root($ENV{TEST_NGINX_MYSQL_SOCKET}, @_));
     return $out;
 }
 
@@ -46,20 +39,14 @@ root_sql('SET GLOBAL max_allowed_packet = 524288');
 $ngx = IdemStress::Nginx->start(name => 'unstorable', port => $P,
     workers => 1,
     http => store_line('main', $ENV{TEST_NGINX_MYSQL_PORT}, pool => 4)
-          . <<"HTTP");
-    upstream backend { server 127.0.0.1:$BACKEND_PORT; }
-
-    server {
-        listen 127.0.0.1:$P;
-
+          . server_block($P, <<"SERVER"));
         location /orders {
             idempotency main;
             idempotency_max_response_size 8m;
             proxy_pass http://backend;
             add_header X-Idem \$idempotency_status always;
         }
-    }
-HTTP
+SERVER
 
 sub post {
     my ($uri, $key) = @_;

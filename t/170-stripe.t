@@ -15,13 +15,9 @@ use Time::HiRes qw(time);
 use lib 't/stress';
 use IdemStress;
 
-plan skip_all => "TEST_NGINX_BACKEND_PORT is not set: run with 'make test'"
-    unless $ENV{TEST_NGINX_BACKEND_PORT};
+IdemStress::begin_file();
 plan skip_all => 'stripe-node is not installed (scripts/node-deps.sh)'
     unless -d "$BUILD/node/node_modules/stripe";
-
-$SIG{INT} = $SIG{TERM} = sub { exit 1 };
-IdemStress::lock_dir();
 
 my $P = port(171);
 my $ngx;
@@ -29,19 +25,14 @@ my $ngx;
 END { $ngx->stop if $ngx }
 
 $ngx = IdemStress::Nginx->start(name => 'stripe', port => $P,
-    http => store_line('main', $ENV{TEST_NGINX_MYSQL_PORT}) . <<"HTTP");
-    upstream backend { server 127.0.0.1:$BACKEND_PORT; }
-
-    server {
-        listen 127.0.0.1:$P;
-
+    http => store_line('main', $ENV{TEST_NGINX_MYSQL_PORT})
+          . server_block($P, <<"SERVER"));
         location /v1/ {
             idempotency main;
             proxy_pass http://backend;
             add_header X-Idem \$idempotency_status always;
         }
-    }
-HTTP
+SERVER
 
 {
     my $out = `node t/tools/stripe-retry.js $P '/v1/orders?delay=2500' 1000 8`;

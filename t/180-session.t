@@ -14,11 +14,7 @@ use Time::HiRes qw(time);
 use lib 't/stress';
 use IdemStress;
 
-plan skip_all => "TEST_NGINX_BACKEND_PORT is not set: run with 'make test'"
-    unless $ENV{TEST_NGINX_BACKEND_PORT};
-
-$SIG{INT} = $SIG{TERM} = sub { exit 1 };
-IdemStress::lock_dir();
+IdemStress::begin_file();
 
 my $P = port(181);
 my $tag = "s$$-" . int(time);
@@ -44,19 +40,14 @@ like($db->root_sql("SELECT \@\@global.autocommit, \@\@global.sql_mode,"
      'the server has hostile defaults');
 
 $ngx = IdemStress::Nginx->start(name => 'session', port => $P, workers => 2,
-    http => store_line('hostile', $db->{port}, pool => 4) . <<"HTTP");
-    upstream backend { server 127.0.0.1:$BACKEND_PORT; }
-
-    server {
-        listen 127.0.0.1:$P;
-
+    http => store_line('hostile', $db->{port}, pool => 4)
+          . server_block($P, <<"SERVER"));
         location /orders {
             idempotency hostile;
             proxy_pass http://backend;
             add_header X-Idem \$idempotency_status always;
         }
-    }
-HTTP
+SERVER
 
 sub post {
     my ($uri, $key, $body) = @_;

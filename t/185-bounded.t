@@ -18,11 +18,7 @@ use Time::HiRes qw(time sleep);
 use lib 't/stress';
 use IdemStress;
 
-plan skip_all => "TEST_NGINX_BACKEND_PORT is not set: run with 'make test'"
-    unless $ENV{TEST_NGINX_BACKEND_PORT} && $ENV{TEST_NGINX_MYSQL_SOCKET};
-
-$SIG{INT} = $SIG{TERM} = sub { exit 1 };
-IdemStress::lock_dir();
+IdemStress::begin_file('MYSQL_SOCKET');
 
 my $P = port(185);
 my $tag = "b$$-" . int(time);
@@ -30,10 +26,12 @@ my $ngx;
 
 END { $ngx->stop if $ngx }
 
+# as root on the suite's server
+sub root_sql { IdemStress::sql_root($ENV{TEST_NGINX_MYSQL_SOCKET}, @_) }
+
 sub bytes_sent {
-    my $out = `mariadb --no-defaults --batch --skip-column-names --protocol=socket --socket='$ENV{TEST_NGINX_MYSQL_SOCKET}' -u root -e "SHOW GLOBAL STATUS LIKE 'Bytes_sent'"`;
-    die "mariadb failed\n" if $?;
-    return (split /\s+/, $out)[1];
+    return IdemStress::server_status($ENV{TEST_NGINX_MYSQL_SOCKET},
+                                     'Bytes_sent')->{Bytes_sent};
 }
 
 $ngx = IdemStress::Nginx->start(name => 'bounded', port => $P,
@@ -225,8 +223,9 @@ SKIP: {
            sprintf('... and waited %.1f ms at most', 1000 * $worst));
 
     my $kh = key_hash_hex($key);
-    my $row = `mariadb --no-defaults --batch --skip-column-names --protocol=socket --socket='$ENV{TEST_NGINX_MYSQL_SOCKET}' -u root $ENV{TEST_NGINX_MYSQL_DB} -e "SELECT LOWER(HEX(fingerprint)) FROM idempotency_keys WHERE key_hash = UNHEX('$kh')"`;
-    chomp $row;
+    chomp(my $row = root_sql("SELECT LOWER(HEX(fingerprint))"
+                             . " FROM idempotency_keys"
+                             . " WHERE key_hash = UNHEX('$kh')"));
     is($row, Digest::SHA::sha256_hex("idempotency-fp/1POST\0/big\0$body"),
        'the fingerprint is the SHA-256 of the whole request');
 

@@ -18,12 +18,8 @@ use Time::HiRes qw(time sleep);
 use lib 't/stress';
 use IdemStress;
 
-plan skip_all => "TEST_NGINX_BACKEND_PORT is not set: run with 'make test'"
-    unless $ENV{TEST_NGINX_BACKEND_PORT};
+IdemStress::begin_file();
 plan skip_all => 'no openssl command' if system('openssl version >/dev/null');
-
-$SIG{INT} = $SIG{TERM} = sub { exit 1 };
-IdemStress::lock_dir();
 
 my $P = port(191);          # nginx "tls"
 my $P2 = port(192);         # nginx "tls-slow", one worker
@@ -150,14 +146,8 @@ my $locations = join '', map { <<"LOC" } sort keys %loc;
 LOC
 
 $ngx = IdemStress::Nginx->start(name => 'tls', port => $P, workers => 1,
-    http => join('', map { $loc{$_} } sort keys %loc) . <<"HTTP");
-    upstream backend { server 127.0.0.1:$BACKEND_PORT; }
-
-    server {
-        listen 127.0.0.1:$P;
-$locations
-    }
-HTTP
+    http => join('', map { $loc{$_} } sort keys %loc)
+            . server_block($P, $locations));
 
 sub post {
     my ($port, $uri, $key) = @_;
@@ -304,12 +294,7 @@ sub claim_and_ping {
     return ($?, $n, $worst, time - $t0);
 }
 
-my $slow_http = <<"HTTP";
-    upstream backend { server 127.0.0.1:$BACKEND_PORT; }
-
-    server {
-        listen 127.0.0.1:$P2;
-
+my $slow_http = server_block($P2, <<"SERVER");
         location /orders {
             idempotency slow;
             proxy_pass http://backend;
@@ -317,8 +302,7 @@ my $slow_http = <<"HTTP";
         }
 
         location = /ping { return 200 "pong\\n"; }
-    }
-HTTP
+SERVER
 
 # a query that waits (a locked table) on a TLS connection: SSL_read()
 # must suspend, not wait in the worker

@@ -27,15 +27,8 @@ __DATA__
 --- http_config eval
 TierTest::tier_stores(main => 'cache=idem_t200:1m', plain => '')
 --- config eval
-IdemTest::orders_location(via => 'plain', add_header => 'X-Idem X-Tier') . q{
-    location /plain/ {
-        internal;
-        idempotency plain;
-        proxy_pass http://backend/;
-        add_header X-Idem $idempotency_status always;
-        add_header X-Tier $idempotency_tier always;
-    }
-}
+IdemTest::orders_location(via => 'plain', add_header => 'X-Idem X-Tier')
+. IdemTest::via_location('plain', add_header => 'X-Idem X-Tier')
 --- init
 my %q = (key => 't200-1', uri => '/orders?cookies=2', body => 'x');
 my $r = http_req(%q);
@@ -124,15 +117,8 @@ Time::HiRes::sleep(0.2);
 --- http_config eval
 TierTest::tier_stores(main => 'cache=idem_t200:1m', plain => '')
 --- config eval
-IdemTest::orders_location(via => 'plain', add_header => 'X-Idem X-Tier') . q{
-    location /plain/ {
-        internal;
-        idempotency plain;
-        proxy_pass http://backend/;
-        add_header X-Idem $idempotency_status always;
-        add_header X-Tier $idempotency_tier always;
-    }
-}
+IdemTest::orders_location(via => 'plain', add_header => 'X-Idem X-Tier')
+. IdemTest::via_location('plain', add_header => 'X-Idem X-Tier')
 --- init
 # executed through the store without tiers: the zone knows nothing of it
 my $r = http_req(key => 't200-4', body => 'x', headers => ['X-Via: plain']);

@@ -43,6 +43,16 @@ sub entry {
 
 sub r2 { redis_cmd($ENV{TEST_NGINX_REDIS2_PORT}, ['AUTH', 't210-pass'], @_) }
 
+# the store "main" of the outage tests: the private server, with its
+# password (or another) and the outage tests' redis_timeout
+sub r2_stores {
+    my ($password) = @_;
+
+    return tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS2_PORT}"
+                               . " redis_password=" . ($password // 't210-pass')
+                               . " redis_timeout=$ENV{TEST_NGINX_REDIS_TIMEOUT_MS}ms");
+}
+
 no_shuffle();
 run_tests();
 
@@ -53,15 +63,8 @@ __DATA__
 TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}",
                       plain => '')
 --- config eval
-IdemTest::orders_location(via => 'plain', add_header => 'X-Idem X-Tier') . q{
-    location /plain/ {
-        internal;
-        idempotency plain;
-        proxy_pass http://backend/;
-        add_header X-Idem $idempotency_status always;
-        add_header X-Tier $idempotency_tier always;
-    }
-}
+IdemTest::orders_location(via => 'plain', add_header => 'X-Idem X-Tier')
+. IdemTest::via_location('plain', add_header => 'X-Idem X-Tier')
 --- init
 my %q = (key => 't210-1', uri => '/orders?cookies=2', body => 'x');
 my $r = http_req(%q);
@@ -176,14 +179,8 @@ TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}",
                       plain => '')
 --- config eval
 IdemTest::orders_location(via => 'plain', idempotency_ttl => '1h',
-    add_header => 'X-Idem X-Tier') . q{
-    location /plain/ {
-        internal;
-        idempotency plain;
-        idempotency_ttl 1h;
-        proxy_pass http://backend/;
-    }
-}
+    add_header => 'X-Idem X-Tier')
+. IdemTest::via_location('plain', idempotency_ttl => '1h')
 --- init
 is(http_req(key => 't210-5', body => 'x', headers => ['X-Via: plain'])->{status},
    201, 'executed through the store without tiers');
@@ -405,20 +402,10 @@ TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}",
                       plain => '')
 --- config eval
 IdemTest::orders_location(via => 'plain strict',
-    idempotency_fingerprint => 'off', add_header => 'X-Idem X-Tier') . q{
-    location /plain/ {
-        internal;
-        idempotency plain;
-        proxy_pass http://backend/;
-    }
-    location /strict/ {
-        internal;
-        idempotency main;
-        proxy_pass http://backend/;
-        add_header X-Idem $idempotency_status always;
-        add_header X-Tier $idempotency_tier always;
-    }
-}
+    idempotency_fingerprint => 'off', add_header => 'X-Idem X-Tier')
+. IdemTest::via_location('plain')
+. IdemTest::via_location('strict', idempotency => 'main',
+                         add_header => 'X-Idem X-Tier')
 --- init
 # executed with fingerprints compared: the row holds the real one
 is(http_req(key => 't210-fp', body => 'x', headers => ['X-Via: plain'])->{status},
@@ -511,8 +498,7 @@ qr/\A[^\n]*connect failed\n\z/
 
 === TEST 13: Redis hangs (SIGSTOP): each request waits redis_timeout at most
 --- http_config eval
-TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS2_PORT} "
-                              . "redis_password=t210-pass redis_timeout=$ENV{TEST_NGINX_REDIS_TIMEOUT_MS}ms")
+main::r2_stores()
 --- config eval
 IdemTest::orders_location(add_header => 'X-Idem X-Tier')
 --- init
@@ -547,8 +533,7 @@ qr/\A[^\n]*lookup timed out: $ENV{TEST_NGINX_REDIS_TIMEOUT_MS} ms\n\z/
 
 === TEST 14: Redis hangs, then answers again: the module comes back by itself
 --- http_config eval
-TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS2_PORT} "
-                              . "redis_password=t210-pass redis_timeout=$ENV{TEST_NGINX_REDIS_TIMEOUT_MS}ms")
+main::r2_stores()
 --- config eval
 IdemTest::orders_location(add_header => 'X-Tier')
 --- init
@@ -579,8 +564,7 @@ qr/\[notice\].*redis=127\.0\.0\.1:\d+: reachable again/
 
 === TEST 15: Redis restarted mid-run (empty): one error line, then it serves again
 --- http_config eval
-TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS2_PORT} "
-                              . "redis_password=t210-pass redis_timeout=$ENV{TEST_NGINX_REDIS_TIMEOUT_MS}ms")
+main::r2_stores()
 --- config eval
 IdemTest::orders_location(add_header => 'X-Tier')
 --- init
@@ -616,8 +600,7 @@ qr/\A[^\n]*: connect failed: Connection refused; replays are looked up in MySQL\
 
 === TEST 16: a wrong password: one error line, requests go on through MySQL
 --- http_config eval
-TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS2_PORT} "
-                              . "redis_password=not-the-one redis_timeout=$ENV{TEST_NGINX_REDIS_TIMEOUT_MS}ms")
+main::r2_stores('not-the-one')
 --- config eval
 IdemTest::orders_location(add_header => 'X-Tier')
 --- init
@@ -645,8 +628,7 @@ not-the-one
 
 === TEST 17: a client that leaves while Redis is asked leaves nothing behind
 --- http_config eval
-TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS2_PORT} "
-                              . "redis_password=t210-pass redis_timeout=$ENV{TEST_NGINX_REDIS_TIMEOUT_MS}ms")
+main::r2_stores()
 --- config eval
 IdemTest::orders_location(add_header => 'X-Tier')
 --- init

@@ -21,24 +21,14 @@ our $M1 = $ENV{TEST_NGINX_MYSQL_PORT};
 our $M2 = $ENV{TEST_NGINX_MYSQL2_PORT}
     or die "TEST_NGINX_MYSQL2_PORT is not set: run with 'make test'\n";
 
+# the store "main" on the shards at addresses $a and $b
 sub shards_config {
     my ($a, $b) = @_;
 
-    return "idempotency_store main mysql=$a mysql=$b"
-         . " user=\$TEST_NGINX_MYSQL_USER"
-         . " password=\$TEST_NGINX_MYSQL_PASSWORD"
-         . " database=\$TEST_NGINX_MYSQL_DB purge=off;\n"
-         . "upstream backend { server 127.0.0.1:\$TEST_NGINX_BACKEND_PORT; }\n";
+    return store_config(mysql => [$a, $b], purge => 'off');
 }
 
-add_block_preprocessor(sub {
-    my $block = shift;
-
-    if (!defined $block->config) {
-        $block->set_value('config',
-                          orders_location(add_header => 'X-Idem', count => 1));
-    }
-});
+block_defaults(config => orders_location(add_header => 'X-Idem', count => 1));
 
 no_shuffle();
 run_tests();

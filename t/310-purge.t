@@ -52,16 +52,8 @@ sub lease_row {
 our $M = $ENV{TEST_NGINX_MYSQL_PORT};
 our $OTHER = '0' x 30 . '01';
 
-add_block_preprocessor(sub {
-    my $block = shift;
-
-    if (!defined $block->config) {
-        $block->set_value('config', "    location = /t { return 200 ok; }\n");
-    }
-    if (!defined $block->request) {
-        $block->set_value('request', "GET /t\n");
-    }
-});
+block_defaults(config => "    location = /t { return 200 ok; }\n",
+               request => "GET /t\n");
 
 no_shuffle();
 run_tests();

@@ -15,13 +15,7 @@ use lib 't/stress';
 use IdemStress;
 use IdemStress::Races;
 
-for my $v (qw(MYSQL_PORT MYSQL2_PORT BACKEND_PORT)) {
-    plan skip_all => "TEST_NGINX_$v is not set: run with 'make test'"
-        unless $ENV{"TEST_NGINX_$v"};
-}
-
-$SIG{INT} = $SIG{TERM} = sub { exit 1 };
-IdemStress::lock_dir();
+IdemStress::begin_file('MYSQL_PORT', 'MYSQL2_PORT');
 
 my @M = ($ENV{TEST_NGINX_MYSQL_PORT}, $ENV{TEST_NGINX_MYSQL2_PORT});
 my @ports = (port(91), port(92));
@@ -32,19 +26,7 @@ my @ngx;
 END { $_->stop for grep { defined } @ngx }
 
 sub sql_at {
-    my ($port, $stmt) = @_;
-
-    my @cmd = ('mariadb', '--no-defaults', '--batch', '--skip-column-names',
-               '-h', '127.0.0.1', '-P', $port,
-               '-u', $ENV{TEST_NGINX_MYSQL_USER} || 'idem',
-               '-p' . ($ENV{TEST_NGINX_MYSQL_PASSWORD} || 'idem-secret'),
-               $ENV{TEST_NGINX_MYSQL_DB} || 'idempotency', '-e', $stmt);
-
-    open my $fh, '-|', @cmd or die "cannot run mariadb: $!";
-    local $/;
-    my $out = <$fh> // '';
-    close $fh or die "mariadb failed ($?): $stmt\n";
-    chomp $out;
+    chomp(my $out = IdemStress::sql_at(@_));
     return $out;
 }
 

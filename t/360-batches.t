@@ -14,11 +14,7 @@ use Time::HiRes qw(time);
 use lib 't/stress';
 use IdemStress;
 
-plan skip_all => "TEST_NGINX_BACKEND_PORT is not set: run with 'make test'"
-    unless $ENV{TEST_NGINX_BACKEND_PORT} && $ENV{TEST_NGINX_MYSQL_SOCKET};
-
-$SIG{INT} = $SIG{TERM} = sub { exit 1 };
-IdemStress::lock_dir();
+IdemStress::begin_file('MYSQL_SOCKET');
 
 my $P = port(361);
 my $tag = "b$$-" . int(time);
@@ -30,16 +26,13 @@ END {
     $ngx->stop if $ngx;
 }
 
-my $MARIADB = "mariadb --no-defaults --batch --skip-column-names"
-    . " --protocol=socket --socket='$ENV{TEST_NGINX_MYSQL_SOCKET}' -u root";
+# as root on the suite's server
+sub root_sql { IdemStress::sql_root($ENV{TEST_NGINX_MYSQL_SOCKET}, @_) }
 
 # the server's statement counters
 sub counters {
-    my $sql = "SHOW GLOBAL STATUS WHERE Variable_name IN"
-              . " ('Com_insert', 'Com_update')";
-    my $out = `$MARIADB -e "$sql"`;
-    die "mariadb failed\n" if $?;
-    return { map { split /\t/ } split /\n/, $out };
+    return IdemStress::server_status($ENV{TEST_NGINX_MYSQL_SOCKET},
+                                     'Com_insert', 'Com_update');
 }
 
 # the store behind a relay that holds every packet 20 ms: a round trip
@@ -49,11 +42,6 @@ $slow = IdemStress::tcp_proxy($SLOW, $ENV{TEST_NGINX_MYSQL_PORT}, 0.02);
 
 # an account that may insert rows and complete them (its UPDATE reads
 # key_hash and owner), but not read them: a claim's READ fails
-sub root_sql {
-    my ($sql) = @_;
-    system("$MARIADB -e \"$sql\"") == 0 or die "mariadb failed: $sql\n";
-}
-
 my $db = $ENV{TEST_NGINX_MYSQL_DB} || 'idempotency';
 root_sql("CREATE USER IF NOT EXISTS 'idem_noread'\@'127.0.0.1'"
          . " IDENTIFIED BY 'noread'");
@@ -68,12 +56,7 @@ $ngx = IdemStress::Nginx->start(name => 'batches', port => $P, workers => 1,
           . store_line('noread', $ENV{TEST_NGINX_MYSQL_PORT},
                        user => 'idem_noread', password => 'noread',
                        purge => 'off')
-          . <<"HTTP");
-    upstream backend { server 127.0.0.1:$BACKEND_PORT; }
-
-    server {
-        listen 127.0.0.1:$P;
-
+          . server_block($P, <<"SERVER"));
         location /orders {
             idempotency main;
             proxy_pass http://backend;
@@ -86,8 +69,7 @@ $ngx = IdemStress::Nginx->start(name => 'batches', port => $P, workers => 1,
             proxy_pass http://backend/orders;
             add_header X-Idem \$idempotency_status always;
         }
-    }
-HTTP
+SERVER
 
 sub idem { IdemStress::hdr($_[0], 'X-Idem') // '-' }
 

@@ -22,19 +22,24 @@ use IdemStress ();
 use Reaper ();
 
 our @EXPORT = qw(key_hash_hex fingerprint sql sql_at sql_root bg_request
-                 store_config orders_location port record tcp_proxy shard_of);
+                 store_config orders_location via_location block_defaults
+                 port curl_post record tcp_proxy shard_of);
 
 for my $v (qw(MYSQL_PORT MYSQL_USER MYSQL_PASSWORD MYSQL_DB BACKEND_PORT)) {
     die "TEST_NGINX_$v is not set: run the suite with 'make test'\n"
         unless defined $ENV{"TEST_NGINX_$v"};
 }
 
+# the store "main" on the suite's MariaDB, with more parameters (sorted by
+# name; mysql => [ADDRESS, ...] for other servers), and the backend
 sub store_config {
     my (%p) = @_;
+    my $mysql = delete $p{mysql} // ['127.0.0.1:$TEST_NGINX_MYSQL_PORT'];
     my $extra = join ' ', map { "$_=$p{$_}" } sort keys %p;
 
-    return "idempotency_store main mysql=127.0.0.1:\$TEST_NGINX_MYSQL_PORT"
-         . " user=\$TEST_NGINX_MYSQL_USER"
+    return "idempotency_store main "
+         . join('', map { "mysql=$_ " } @$mysql)
+         . "user=\$TEST_NGINX_MYSQL_USER"
          . " password=\$TEST_NGINX_MYSQL_PASSWORD"
          . " database=\$TEST_NGINX_MYSQL_DB $extra;\n"
          . "upstream backend { server 127.0.0.1:\$TEST_NGINX_BACKEND_PORT; }\n";
@@ -60,12 +65,31 @@ sub store_config {
 #
 # and count => 1 adds location = /count (the backend's count of the
 # executions of ?key=).  More locations: IdemTest::orders_location(...) . q{...}
+sub orders_location {
+    return _location('/orders', 'http://backend', [], @_);
+}
+
+# The location that "via => NAME" rewrites a request into:
+#
+#   IdemTest::via_location('plain')
+#
+# is location /plain/ { internal; idempotency plain; proxy_pass
+# http://backend/; }, with the options of orders_location (another store:
+# idempotency => 'main').
+sub via_location {
+    my ($name, @o) = @_;
+
+    return _location("/$name/", 'http://backend/', ['internal;'],
+                     idempotency => $name, @o);
+}
+
 my %SHOWN = ('X-Idem' => 'status', 'X-Tier' => 'tier', 'X-Key' => 'key');
 
-sub orders_location {
-    my (@o) = @_;
+# location $path { @$first_lines ... proxy_pass $pass; ... }
+sub _location {
+    my ($path, $pass, $first, @o) = @_;
     my (@via, @idem, @other, @headers, $count);
-    my ($store, $pass) = ('main', 'http://backend');
+    my $store = 'main';
 
     while (my ($k, $v) = splice @o, 0, 2) {
         if ($k eq 'via') { push @via, split ' ', $v }
@@ -79,12 +103,13 @@ sub orders_location {
 
     my @lines = ((map { "if (\$http_x_via = $_) { rewrite ^ /$_\$uri last; }" }
                   @via),
-                 "idempotency $store;", @idem, "proxy_pass $pass;", @other,
+                 @$first, "idempotency $store;", @idem, "proxy_pass $pass;",
+                 @other,
                  map { "add_header $_ \$idempotency_"
                        . ($SHOWN{$_} // die "orders_location: no header $_\n")
                        . " always;" } @headers);
 
-    return "    location /orders {\n" . join('', map { "        $_\n" } @lines)
+    return "    location $path {\n" . join('', map { "        $_\n" } @lines)
          . "    }\n"
          . ($count ? "    location = /count { proxy_pass http://backend/__count; }\n"
                    : '');
@@ -113,8 +138,41 @@ Test::Nginx::Socket::add_block_preprocessor(sub {
     $block->set_value('no_error_log', $never);
 });
 
+# the sections a block of the file gets when it has none of its own,
+# called before run_tests:
+#
+#   block_defaults(config => orders_location(add_header => 'X-Idem'));
+sub block_defaults {
+    my (%d) = @_;
+
+    Test::Nginx::Socket::add_block_preprocessor(sub {
+        my $block = shift;
+
+        for my $section (sort keys %d) {
+            $block->set_value($section, $d{$section})
+                unless defined $block->$section;
+        }
+    });
+}
+
 sub port {
     return $ENV{TEST_NGINX_SERVER_PORT} || $ENV{TEST_NGINX_PORT} || 1984;
+}
+
+# curl -s OPTIONS -X POST -H 'Idempotency-Key: KEY' --data-binary x
+# http://127.0.0.1:PORT$uri: its output; $? is its exit status
+sub curl_post {
+    my ($uri, $key, @opt) = @_;
+
+    open my $fh, '-|', 'curl', '-s', @opt, '-X', 'POST',
+         '-H', "Idempotency-Key: $key", '--data-binary', 'x',
+         'http://127.0.0.1:' . port() . $uri
+        or die "cannot run curl: $!";
+    local $/;
+    my $out = <$fh>;
+    close $fh;
+
+    return $out // '';
 }
 
 # the module's lookup hash of (key, scope): IdemStress::key_hash_hex
@@ -132,46 +190,12 @@ sub sql {
     return sql_at($ENV{TEST_NGINX_MYSQL_PORT}, $stmt);
 }
 
-# the same as the module's user, on the server at 127.0.0.1:$port
-sub sql_at {
-    my ($port, $stmt) = @_;
+# the same as the module's user, on the server at 127.0.0.1:$port; as
+# root over a server's unix socket, $input a file of statements
+# (IdemStress::sql_at, IdemStress::sql_root)
+sub sql_at { IdemStress::sql_at(@_) }
 
-    return run_client(['-h', '127.0.0.1', '-P', $port,
-                       '-u', $ENV{TEST_NGINX_MYSQL_USER},
-                       "-p$ENV{TEST_NGINX_MYSQL_PASSWORD}"], $stmt);
-}
-
-# as root over a server's unix socket (schema, events, global settings);
-# $input, when given, is fed on stdin (a file of statements)
-sub sql_root {
-    my ($socket, $stmt, $input) = @_;
-
-    return run_client(['--protocol=socket', "--socket=$socket",
-                       '-u', 'root'], $stmt, $input);
-}
-
-sub run_client {
-    my ($args, $stmt, $input) = @_;
-
-    my @cmd = ('mariadb', '--no-defaults', '--batch', '--skip-column-names',
-               @$args, $ENV{TEST_NGINX_MYSQL_DB},
-               defined $stmt ? ('-e', $stmt) : ());
-
-    if (defined $input) {
-        my $cmd = join ' ', map { "'$_'" } @cmd;
-        $cmd .= " < '$input'";
-        my $out = `$cmd`;
-        die "mariadb failed ($?): $input\n" if $?;
-        return $out // '';
-    }
-
-    open my $fh, '-|', @cmd or die "cannot run mariadb: $!";
-    local $/;
-    my $out = <$fh>;
-    close $fh or die "mariadb failed ($?): " . ($stmt // '') . "\n";
-
-    return $out // '';
-}
+sub sql_root { IdemStress::sql_root(@_) }
 
 # the shard (0-based) a key lives on among $n mysql= servers: the first
 # four bytes of its key hash, big-endian, modulo $n (docs/design.md)

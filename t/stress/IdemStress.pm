@@ -4,15 +4,16 @@
 package IdemStress;
 
 # Harness for the race and fault tests (t/100-races.t, t/110-faults.t and
-# `make stress`).  It starts its own nginx instances (own prefix under
-# build/stress/, own ports from 19000 or as TEST_NGINX_PORT moves them,
-# master + workers), an optional second private MariaDB, a load generator,
-# and fires many concurrent HTTP requests from one process with
-# non-blocking sockets.  Core Perl only.
-# See docs/reliability.md.
+# `make stress`) and the other files that run their own nginx.  It starts
+# its own nginx instances (own prefix under build/stress/, own ports from
+# 19000 or as TEST_NGINX_PORT moves them, master + workers), an optional second private MariaDB, a load
+# generator, and fires many concurrent HTTP requests from one process with
+# non-blocking sockets.  Core Perl only.  See docs/reliability.md.
 #
+#   IdemStress::begin_file();
 #   my $ngx = IdemStress::Nginx->start(name => 'race1', port => port(81),
-#                                      http => $http_block);
+#       http => store_line('main', $ENV{TEST_NGINX_MYSQL_PORT})
+#               . server_block(port(81), $locations));
 #   my @res = http_many([ { port => port(81), method => 'POST',
 #                           uri => '/orders', key => 'k', body => 'x' } ]);
 #   backend_count('k');
@@ -35,7 +36,8 @@ use Socket qw(PF_INET SOCK_STREAM SOL_SOCKET SO_ERROR SO_LINGER
 use Time::HiRes qw(time sleep);
 
 our @EXPORT = qw(port http_many http_one backend_count wait_for request_for
-                 pct_encode key_hash_hex key_id store_line summarize_burst
+                 pct_encode key_hash_hex key_id store_line server_block
+                 summarize_burst
                  $ROOT $BUILD $BACKEND_PORT $MODULE $NGINX);
 
 our $ROOT = abs_path(dirname(__FILE__) . '/../..');
@@ -65,6 +67,23 @@ sub lock_dir {
         print STDERR "# waiting for another run that uses $DIR...\n";
         flock($LOCK_FH, LOCK_EX) or die "flock $DIR/.lock: $!";
     }
+}
+
+# The start of a test file that runs its own servers: skips the file
+# unless `make test` has set TEST_NGINX_BACKEND_PORT and each
+# TEST_NGINX_$name of @need, makes INT and TERM an exit (so that the
+# file's END blocks stop what it started), then takes lock_dir.
+sub begin_file {
+    my (@need) = @_;
+
+    require Test::More;
+    for my $v (map { "TEST_NGINX_$_" } 'BACKEND_PORT', @need) {
+        Test::More::plan(skip_all => "$v is not set: run with 'make test'")
+            unless $ENV{$v};
+    }
+
+    $SIG{INT} = $SIG{TERM} = sub { exit 1 };
+    lock_dir();
 }
 
 $SIG{PIPE} = 'IGNORE';
@@ -155,27 +174,31 @@ sub store_line {
            . join(' ', map { "$_=$d{$_}" } sort keys %d) . ";\n";
 }
 
-# ------------------------------------------------------------ HTTP client
+# The http{} lines of an instance after its idempotency_store lines: the
+# test backend as upstream "backend", and a server on 127.0.0.1:$port
+# around $body (the server's own directives and its locations).
+sub server_block {
+    my ($port, $body) = @_;
 
-# A request: { port, method, uri, key (Idempotency-Key value, optional),
-# headers => [[name, value], ...], body, raw (sent as is instead),
-# close_after => seconds (close without reading the answer) }.
+    return "    upstream backend { server 127.0.0.1:$BACKEND_PORT; }\n\n"
+         . "    server {\n"
+         . "        listen 127.0.0.1:$port;\n\n"
+         . $body
+         . "    }\n";
+}
+
 # the nginx of the metrics tests (t/335, t/336) on 127.0.0.1:$o{port}: a
 # store "main" with a cache zone and Redis, so that every metric is
 # exported; /orders protected (a duplicate held up to 10 s), /metrics
 sub metrics_nginx {
     my (%o) = @_;
 
-    my $http = store_line('main', $ENV{TEST_NGINX_MYSQL_PORT},
-                          cache => "idem_$o{name}:1m",
-                          redis => "127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}",
-                          secret => "$o{name}-test-secret-0123456789")
-             . <<"HTTP";
-    upstream backend { server 127.0.0.1:$BACKEND_PORT; }
-
-    server {
-        listen 127.0.0.1:$o{port};
-
+    return IdemStress::Nginx->start(%o,
+        http => store_line('main', $ENV{TEST_NGINX_MYSQL_PORT},
+                           cache => "idem_$o{name}:1m",
+                           redis => "127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}",
+                           secret => "$o{name}-test-secret-0123456789")
+                . server_block($o{port}, <<"SERVER"));
         location /orders {
             idempotency main;
             idempotency_wait 10s;
@@ -183,12 +206,76 @@ sub metrics_nginx {
         }
 
         location = /metrics { idempotency_metrics; }
-    }
-HTTP
-
-    return IdemStress::Nginx->start(%o, http => $http);
+SERVER
 }
 
+# ------------------------------------------------------------------- SQL
+
+# The mariadb client in batch mode, on the suite's database
+# (TEST_NGINX_MYSQL_DB): as the module's user on 127.0.0.1:$port
+# (sql_at), or as root over a server's unix socket (sql_root: schema,
+# accounts, global settings; $input, when given, is a file of statements
+# fed on stdin).  Returns the output, column names left out; dies when the
+# client fails.  server_status: { name => value } of the server's global
+# status variables named, without a database (its counters see the least
+# of the client itself).
+sub sql_at {
+    my ($port, $stmt) = @_;
+
+    return mariadb(['-h', '127.0.0.1', '-P', $port,
+                    '-u', $ENV{TEST_NGINX_MYSQL_USER} || 'idem',
+                    '-p' . ($ENV{TEST_NGINX_MYSQL_PASSWORD} || 'idem-secret')],
+                   $stmt);
+}
+
+sub sql_root {
+    my ($socket, $stmt, $input) = @_;
+
+    return mariadb(['--protocol=socket', "--socket=$socket", '-u', 'root'],
+                   $stmt, $input);
+}
+
+sub server_status {
+    my ($socket, @names) = @_;
+
+    my $out = mariadb(['--protocol=socket', "--socket=$socket", '-u', 'root'],
+                      "SHOW GLOBAL STATUS WHERE Variable_name IN ("
+                      . join(', ', map { "'$_'" } @names) . ")", undef, '');
+
+    return { map { split /\t/ } split /\n/, $out };
+}
+
+# $db: the database, '' for none [TEST_NGINX_MYSQL_DB]
+sub mariadb {
+    my ($args, $stmt, $input, $db) = @_;
+
+    $db //= $ENV{TEST_NGINX_MYSQL_DB} || 'idempotency';
+
+    my @cmd = ('mariadb', '--no-defaults', '--batch', '--skip-column-names',
+               @$args, $db eq '' ? () : $db,
+               defined $stmt ? ('-e', $stmt) : ());
+
+    if (defined $input) {
+        my $cmd = join ' ', map { "'$_'" } @cmd;
+        $cmd .= " < '$input'";
+        my $out = `$cmd`;
+        die "mariadb failed ($?): $input\n" if $?;
+        return $out // '';
+    }
+
+    open my $fh, '-|', @cmd or die "cannot run mariadb: $!";
+    local $/;
+    my $out = <$fh>;
+    close $fh or die "mariadb failed ($?): " . ($stmt // '') . "\n";
+
+    return $out // '';
+}
+
+# ------------------------------------------------------------ HTTP client
+
+# A request: { port, method, uri, key (Idempotency-Key value, optional),
+# headers => [[name, value], ...], body, raw (sent as is instead),
+# close_after => seconds (close without reading the answer) }.
 sub request_for {
     my ($q) = @_;
 

@@ -1,0 +1,103 @@
+
+/*
+ * ngx_http_idempotency_module: what nginx knows of the upstream.
+ *
+ * An attempt's state says whether the upstream answered (its header was
+ * parsed: header_time is set) and how many bytes of the request the
+ * connection took (bytes_sent, recorded when nginx gave the attempt up
+ * or finalized it).  An attempt that took no byte cannot have executed:
+ * a refused or timed out connect, a connection that failed before the
+ * request went out.  Any other attempt without an answer may have.
+ */
+
+
+#include "ngx_http_idempotency_outcome.h"
+
+
+ngx_uint_t
+ngx_http_idempotency_outcome(ngx_http_request_t *r, ngx_uint_t *status)
+{
+    ngx_uint_t                  i, sent;
+    ngx_http_upstream_t        *u;
+    ngx_http_upstream_state_t  *st;
+
+    u = r->upstream;
+
+    /*
+     * A live upstream sends its own response (ngx_http_upstream's
+     * send_response): its header was parsed, and it is not finalized.
+     * Failover included: the upstream of the location an error_page or
+     * try_files led to answers just the same.
+     */
+
+    if (u && u->cleanup && u->state
+        && u->state->header_time != (ngx_msec_t) -1)
+    {
+        return NGX_HTTP_IDEMPOTENCY_ANSWERED;
+    }
+
+    if (r->upstream_states == NULL || r->upstream_states->nelts == 0) {
+
+        /*
+         * Nothing went upstream: the location answered itself (return,
+         * a static file).  One of nginx's error pages is not an answer
+         * of anything that executed.
+         */
+
+        return (r->err_status >= NGX_HTTP_BAD_REQUEST)
+               ? NGX_HTTP_IDEMPOTENCY_NOT_SENT
+               : NGX_HTTP_IDEMPOTENCY_ANSWERED;
+    }
+
+    /* the response is nginx's: what did the attempts get? */
+
+    st = r->upstream_states->elts;
+    sent = 0;
+
+    for (i = 0; i < r->upstream_states->nelts; i++) {
+
+        if (st[i].header_time != (ngx_msec_t) -1 && st[i].status) {
+            *status = st[i].status;
+            return NGX_HTTP_IDEMPOTENCY_REPLACED;
+        }
+
+        if (st[i].bytes_sent > 0) {
+            sent = 1;
+        }
+    }
+
+    return sent ? NGX_HTTP_IDEMPOTENCY_UNSURE
+                : NGX_HTTP_IDEMPOTENCY_NOT_SENT;
+}
+
+
+ngx_uint_t
+ngx_http_idempotency_outcome_sent(ngx_http_request_t *r)
+{
+    ngx_uint_t                  i;
+    ngx_http_upstream_t        *u;
+    ngx_http_upstream_state_t  *st;
+
+    u = r->upstream;
+
+    /* an attempt still connected has not recorded its bytes yet */
+
+    if (u && u->peer.connection && u->peer.connection->sent > 0) {
+        return NGX_HTTP_IDEMPOTENCY_UNSURE;
+    }
+
+    if (r->upstream_states == NULL) {
+        /* no upstream: a content handler of nginx's stopped */
+        return NGX_HTTP_IDEMPOTENCY_NOT_SENT;
+    }
+
+    st = r->upstream_states->elts;
+
+    for (i = 0; i < r->upstream_states->nelts; i++) {
+        if (st[i].bytes_sent > 0 || st[i].header_time != (ngx_msec_t) -1) {
+            return NGX_HTTP_IDEMPOTENCY_UNSURE;
+        }
+    }
+
+    return NGX_HTTP_IDEMPOTENCY_NOT_SENT;
+}

@@ -1,0 +1,40 @@
+
+/*
+ * ngx_http_idempotency_module: what nginx knows of the upstream.
+ *
+ * When a forwarded request's response is not the upstream's own (nginx
+ * made an error page, or error_page replaced it), or when the request
+ * ends without a complete response, the request's upstream attempts
+ * (r->upstream_states, kept across internal redirects) tell whether the
+ * backend can have executed it.
+ */
+
+
+#ifndef _NGX_HTTP_IDEMPOTENCY_OUTCOME_H_INCLUDED_
+#define _NGX_HTTP_IDEMPOTENCY_OUTCOME_H_INCLUDED_
+
+
+#include "ngx_http_idempotency_module.h"
+
+
+/* the response that passes the header filter now */
+#define NGX_HTTP_IDEMPOTENCY_ANSWERED     0   /* the backend's, to keep */
+#define NGX_HTTP_IDEMPOTENCY_NOT_SENT     1   /* no byte reached it */
+#define NGX_HTTP_IDEMPOTENCY_UNSURE       2   /* sent, no answer back */
+#define NGX_HTTP_IDEMPOTENCY_REPLACED     3   /* it answered *status, and
+                                                 nginx sent its own page */
+
+
+/*
+ * The response whose header passes now: a live upstream's, a location's
+ * own (nothing was sent upstream, and it is not one of nginx's error
+ * pages), or nginx's in place of the backend's.
+ */
+ngx_uint_t ngx_http_idempotency_outcome(ngx_http_request_t *r,
+    ngx_uint_t *status);
+
+/* the request ends without a complete response: NOT_SENT or UNSURE */
+ngx_uint_t ngx_http_idempotency_outcome_sent(ngx_http_request_t *r);
+
+
+#endif /* _NGX_HTTP_IDEMPOTENCY_OUTCOME_H_INCLUDED_ */
