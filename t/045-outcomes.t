@@ -20,16 +20,6 @@ sub count {
     return http_req(method => 'GET', uri => "/count?key=$key")->{body};
 }
 
-# "listen ... http2" until nginx 1.25.1, "http2 on;" since
-sub h2_listen {
-    my ($port) = @_;
-    my ($v) = `$ENV{TEST_NGINX_BINARY} -v 2>&1` =~ m{nginx/(\d+\.\d+\.\d+)};
-    my @v = split /\./, $v // '1.22.1';
-    my $new = $v[0] > 1 || $v[1] > 25 || ($v[1] == 25 && $v[2] >= 1);
-    return $new ? "listen 127.0.0.1:$port;\n http2 on;\n"
-                : "listen 127.0.0.1:$port http2;\n";
-}
-
 # a client connection that sends the request and then does not read
 sub stalled_client {
     my ($port, $key, $uri) = @_;
@@ -324,8 +314,9 @@ GET /count?key=-
 
 === TEST 13: header-only responses reach the client once stored: a duplicate right behind each of 25 204s over HTTP/2 is a replay
 --- http_config eval
-IdemTest::store_config() . "server {\n " . main::h2_listen(IdemTest::port() + 1)
-. IdemTest::orders_location() . "}\n"
+IdemTest::store_config() . "server {\n    "
+. IdemStress::listen_http2('127.0.0.1:' . (IdemTest::port() + 1), '    ')
+. "\n" . IdemTest::orders_location() . "}\n"
 --- config eval
 IdemTest::orders_location(count => 1)
 --- init
