@@ -120,10 +120,9 @@ struct ngx_http_idempotency_op_s {
     ngx_queue_t                           queue;
     ngx_event_t                           timer;
     void                                 *conn;
+    ngx_uint_t                            thread;      /* its server id */
     ngx_http_idempotency_op_t            *batch_next;  /* the others */
     unsigned                              single:1;    /* not again */
-    ngx_uint_t                            thread;      /* the server's id
-                                                          of its conn */
     unsigned                              sent:1;      /* it ran */
     unsigned                              again:1;     /* once more */
 };

@@ -484,8 +484,16 @@ ngx_http_idempotency_sql_release(ngx_http_idempotency_shard_t *shard,
         return NULL;
     }
 
-    p = ngx_sprintf(op->sql.data, "DELETE FROM `%V` WHERE key_hash = ",
-                    &shard->store->table);
+    /*
+     * The row is not deleted but expired at once (and its lease with
+     * it): the next claim takes it as a new operation, and its epoch
+     * goes on from this one's, so that a backend that fences by the
+     * highest epoch of a key never sees it fall back to 1.
+     */
+
+    p = ngx_sprintf(op->sql.data, "UPDATE `%V` SET expires_at = "
+                    "UTC_TIMESTAMP(3), lease_until = UTC_TIMESTAMP(3) "
+                    "WHERE key_hash = ", &shard->store->table);
     p = ngx_http_idempotency_owned(p, key_hash, owner);
 
     op->sql.len = p - op->sql.data;
