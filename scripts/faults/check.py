@@ -192,9 +192,10 @@ def check(rundir):
                 row["rerun_long_outage"] += 1
             rerun_keys.add(k)
         else:
-            problems.append("key %s executed %d times (%s)" % (
+            problems.append("key %s executed %d times (%s%s)" % (
                 k, len(ex), ", ".join("%.3f %s epoch=%s" % (
-                    e["t"], e.get("peer"), e.get("epoch")) for e in ex)))
+                    e["t"], e.get("peer"), e.get("epoch")) for e in ex[:3]),
+                ", ..." if len(ex) > 3 else ""))
 
     classes = {}
     first_answered = {}

@@ -243,8 +243,10 @@ class Services:
                        "ON idempotency.* TO 'idem'@'%s'" % (ip, ip))
 
     def db_stop(self):
-        sh([SERVICES, "mysql", "stop", self.db_dir], ns=NS, timeout=60,
-           check_rc=False)
+        # through its pid file and socket: no need of the namespace
+        if os.path.isdir(self.db_dir):
+            sh([SERVICES, "mysql", "stop", self.db_dir], timeout=60,
+               check_rc=False)
 
     def redis_start(self):
         out = sh([SERVICES, "redis", "start", self.redis_dir, "--port",
@@ -357,6 +359,8 @@ class Nginx:
         return read_pid(self.pidfile)
 
     def workers(self, master=None):
+        """The worker processes of master (the new master of a binary
+        upgrade is also a child of the old one: not a worker)."""
         master = master or self.master()
         out = []
         for d in os.listdir("/proc"):
@@ -365,12 +369,14 @@ class Nginx:
             try:
                 with open("/proc/%s/stat" % d) as f:
                     st = f.read()
+                with open("/proc/%s/cmdline" % d, "rb") as f:
+                    cmd = f.read()
             except OSError:
                 continue
             rest = st.rsplit(")", 1)[1].split()
-            if int(rest[1]) == master and "nginx" in st.split(")")[0]:
-                if rest[0] != "Z":
-                    out.append(int(d))
+            if int(rest[1]) == master and rest[0] != "Z" \
+                    and cmd.startswith(b"nginx: worker process"):
+                out.append(int(d))
         return out
 
     def stop(self):
@@ -563,6 +569,7 @@ class Env:
         self.gnginx = []
         self.galera = False
         self.galera_cmdlines = {}
+        self.galera_started = []    # pids of the nodes restarted here
         self.fencing = False
         self.run_id = time.strftime("%H%M%S")
         self.rows = []
@@ -887,6 +894,17 @@ def galera_stop(env):
                 os.kill(pid, signal.SIGCONT)
         sh([GALERA, "stop"], timeout=180, env=galera_env(), check_rc=False)
         env.galera = False
+    # a node restarted here that never answered has no pid file of its
+    # own yet: by the pid its start returned (setsid execs mariadbd)
+    for pid in env.galera_started:
+        if alive(pid):
+            os.kill(pid, signal.SIGCONT)
+            os.kill(pid, signal.SIGTERM)
+            try:
+                wait_until("pid %d to stop" % pid, 30,
+                           lambda: not alive(pid))
+            except RuntimeError:
+                os.kill(pid, signal.SIGKILL)
 
 
 def node_cmdline(n):
@@ -896,10 +914,34 @@ def node_cmdline(n):
     return [a.decode() for a in args if a and a != b"--wsrep-new-cluster"]
 
 
-def node_restart(env, n, extra=(), bootstrap=False):
+def node_position(env, n):
+    """(uuid, seqno) that node n's InnoDB holds (mariadbd --wsrep-recover,
+    what galera_recovery does before mysqld_safe starts a node)."""
+    d = os.path.join(B, "galera", "node%d" % n)
+    logf = os.path.join(d, "recover.log")
+    try:
+        os.unlink(logf)
+    except OSError:
+        pass
+    args = [a for a in env.galera_cmdlines[n]
+            if not a.startswith("--log-error")]
+    sh(args + ["--wsrep-recover", "--log-error=" + logf], timeout=120,
+       check_rc=False)
+    with open(logf, errors="replace") as f:
+        m = re.findall(r"Recovered position: ([0-9a-f-]+):(-?\d+)", f.read())
+    return (m[-1][0], int(m[-1][1])) if m else (None, -1)
+
+
+def node_restart(env, n, extra=(), bootstrap=False, wait=True):
     """Start node n again with the command line it had (never
-    --wsrep-new-cluster unless bootstrap)."""
+    --wsrep-new-cluster unless bootstrap), from the position its InnoDB
+    recovered, so that it catches up by IST; its data directory belongs
+    to nobody, as scripts/galera.sh leaves a joiner's, in case it needs
+    an SST (rsync's daemon runs as nobody)."""
+    uuid, seqno = node_position(env, n)
     args = list(env.galera_cmdlines[n]) + list(extra)
+    if uuid and seqno >= 0:
+        args.append("--wsrep-start-position=%s:%d" % (uuid, seqno))
     if bootstrap:
         args.append("--wsrep-new-cluster")
     d = os.path.join(B, "galera", "node%d" % n)
@@ -908,11 +950,21 @@ def node_restart(env, n, extra=(), bootstrap=False):
             os.unlink(os.path.join(d, f))
         except OSError:
             pass
-    subprocess.Popen(["setsid"] + args, stdin=subprocess.DEVNULL,
-                     stdout=open(os.path.join(d, "restart.log"), "a"),
-                     stderr=subprocess.STDOUT)
-    wait_until("node%d to answer" % n, 120,
-               lambda: gstatus(n, "wsrep_ready") is not None, 0.2)
+    if os.geteuid() == 0:
+        try:
+            os.chown(os.path.join(d, "data"), 65534, 65534)
+        except OSError:
+            pass
+    p = subprocess.Popen(["setsid"] + args, stdin=subprocess.DEVNULL,
+                         stdout=open(os.path.join(d, "restart.log"), "a"),
+                         stderr=subprocess.STDOUT)
+    env.galera_started.append(p.pid)
+    # a node that joins a component without quorum does not answer until
+    # the primary component is back: the caller waits for the cluster
+    if wait:
+        wait_until("node%d to answer" % n, 120,
+                   lambda: gstatus(n, "wsrep_ready") is not None, 0.2)
+    return uuid, seqno
 
 
 def node_kill(n):
@@ -960,8 +1012,8 @@ def galera_scenarios(env):
         time.sleep(0.2)
         node_kill(1)
         nem.sleep(2.0)
-        node_restart(env, 2)
-        node_restart(env, 1)
+        node_restart(env, 2, wait=False)
+        node_restart(env, 1, wait=False)
         try:
             galera_wait_synced(60)
         except RuntimeError:
@@ -1044,9 +1096,9 @@ def cleanup(env=None):
         os.kill(svc.db_pid, signal.SIGCONT)
     if svc.redis_pid and alive(svc.redis_pid):
         os.kill(svc.redis_pid, signal.SIGCONT)
-    if os.path.exists("/run/netns/" + NS):
-        svc.db_stop()
-    svc.redis_stop()
+    svc.db_stop()
+    if os.path.isdir(svc.redis_dir):
+        svc.redis_stop()
     if os.path.exists(os.path.join(B, "galera")):
         galera_stop(env or Env(None))
     net_down()

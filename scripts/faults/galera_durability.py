@@ -127,30 +127,18 @@ def load_pct(v, p):
 
 def recover_all(env, nodes):
     """All nodes died: the most advanced (by --wsrep-recover) bootstraps."""
-    pos = {}
-    for n in nodes:
-        d = os.path.join(B, "galera", "node%d" % n)
-        logf = os.path.join(d, "recover.log")
-        try:
-            os.unlink(logf)
-        except OSError:
-            pass
-        args = [a for a in env.galera_cmdlines[n]
-                if not a.startswith("--log-error")]
-        sh(args + ["--wsrep-recover", "--log-error=" + logf], timeout=120,
-           check_rc=False)
-        text = open(logf, errors="replace").read()
-        m = re.findall(r"Recovered position: ([0-9a-f-]+):(-?\d+)", text)
-        pos[n] = int(m[-1][1]) if m else -1
+    pos = dict((n, faults.node_position(env, n)[1]) for n in nodes)
     best = max(pos, key=lambda n: pos[n])
     gs = os.path.join(B, "galera", "node%d" % best, "data", "grastate.dat")
-    text = open(gs).read()
+    with open(gs) as f:
+        text = f.read()
     text = re.sub(r"safe_to_bootstrap:\s*\d", "safe_to_bootstrap: 1", text)
-    open(gs, "w").write(text)
+    with open(gs, "w") as f:
+        f.write(text)
     faults.node_restart(env, best, env.extra, bootstrap=True)
     for n in nodes:
         if n != best:
-            faults.node_restart(env, n, env.extra)
+            faults.node_restart(env, n, env.extra, wait=False)
     return pos, best
 
 
@@ -199,7 +187,7 @@ def trial(env, tag, pattern):
         notes.append("positions %s, node%d bootstrapped" % (pos, best))
     else:
         for node in pattern:
-            faults.node_restart(env, node, env.extra)
+            faults.node_restart(env, node, env.extra, wait=False)
     try:
         faults.galera_wait_synced(90)
     except RuntimeError:
