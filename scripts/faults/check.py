@@ -43,6 +43,12 @@ Verdict (exit status 1 when violated):
   - every key has a final answer within the bound after the last fault
     healed;
   - no answer of class "other"; with fencing, no key commits twice.
+
+Latency "in the fault": of the attempts that got an HTTP answer (the
+client's own timeouts are counted apart), those that began while a fault
+lasted, or
+within 3 s of the start of one that has no duration (a worker killed, a
+reload).
 """
 
 import sys
@@ -218,7 +224,8 @@ def check(rundir):
         if c in ("first", "replay", "410", "unknown", "rerun-answer"):
             first_answered[k] = min(first_answered.get(k, a["t1"]), a["t1"])
         lat = a["t1"] - a["t0"]
-        if any(f["start"] <= a["t0"] <= f["end"] for f in faults):
+        if a["o"] == "http" and any(f["start"] <= a["t0"] <= max(f["end"], f["start"] + 3.0)
+               for f in faults):
             fault_lat.append(lat)
             if c in ("409", "503", "410", "unknown"):
                 module_lat.append(lat)

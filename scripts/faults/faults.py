@@ -442,25 +442,24 @@ class Nemesis:
         return f
 
     # each of these injects and heals one fault; returns when healed
-    def partition(self, secs):
+    def drop(self, kind, match, secs):
+        """Packets that match dropped both ways for secs (the sockets seen
+        by ss 2 s in, for the partition's record)."""
         t = time.time()
-        tc_drop(PARTITION)
+        tc_drop(match)
         self.sleep(min(2.0, secs))
-        self.env.snapshot_ss("partition")
+        self.env.snapshot_ss(kind)
         self.sleep(max(0, secs - 2.0))
         dropped = tc_stats()
         tc_clear()
-        self.fault("partition", t)
-        self.notes.append("partition: %d packets dropped" % dropped)
+        self.fault(kind, t)
+        self.notes.append("%s: %d packets dropped" % (kind, dropped))
+
+    def partition(self, secs):
+        self.drop("partition", PARTITION, secs)
 
     def loss(self, secs):
-        t = time.time()
-        tc_drop(LOSS)
-        self.sleep(secs)
-        dropped = tc_stats()
-        tc_clear()
-        self.fault("loss", t)
-        self.notes.append("loss: %d packets dropped" % dropped)
+        self.drop("loss", LOSS, secs)
 
     def delay(self, secs):
         t = time.time()
@@ -469,13 +468,15 @@ class Nemesis:
         os.kill(self.env.relay.pid, signal.SIGUSR2)
         self.fault("delay", t)
 
-    def db_pause(self, secs):
+    def pause(self, kind, pid, secs):
         t = time.time()
-        pid = self.env.svc.db_pid
         os.kill(pid, signal.SIGSTOP)
         self.sleep(secs)
         os.kill(pid, signal.SIGCONT)
-        self.fault("db-pause", t)
+        self.fault(kind, t)
+
+    def db_pause(self, secs):
+        self.pause("db-pause", self.env.svc.db_pid, secs)
 
     def db_kill(self, down=0.5):
         t = time.time()
@@ -541,12 +542,7 @@ class Nemesis:
         self.fault("redis-kill", t)
 
     def redis_pause(self, secs):
-        t = time.time()
-        pid = self.env.svc.redis_pid
-        os.kill(pid, signal.SIGSTOP)
-        self.sleep(secs)
-        os.kill(pid, signal.SIGCONT)
-        self.fault("redis-pause", t)
+        self.pause("redis-pause", self.env.svc.redis_pid, secs)
 
     def heal_all(self):
         """After an exception: leave nothing broken behind."""
@@ -580,6 +576,21 @@ class Env:
             out = sh(["ss", "-tnoi", "dst", DB_IP], check_rc=False)
             with open(os.path.join(self.cur, "ss-%s.txt" % tag), "a") as f:
                 f.write("# %s\n%s\n" % (time.strftime("%H:%M:%S"), out))
+
+
+def exec_events(path, offset, keep):
+    """The backend's execution events from offset on that keep() wants."""
+    out = []
+    with open(path) as f:
+        f.seek(offset)
+        for line in f:
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            if keep(e):
+                out.append(e)
+    return out
 
 
 def file_size(p):
@@ -630,15 +641,10 @@ def run_scenario(env, name, title, ops, nemesis_fn, policy=None,
     if err:
         raise RuntimeError("nemesis of %s failed: %s" % (name, err[0]))
     keys = set(o.key for o in ops)
-    with open(env.svc.exec_log) as f, \
-            open(os.path.join(d, "exec.jsonl"), "w") as out:
-        f.seek(exec_off)
-        for line in f:
-            try:
-                if json.loads(line)["key"] in keys:
-                    out.write(line)
-            except (ValueError, KeyError):
-                pass
+    with open(os.path.join(d, "exec.jsonl"), "w") as out:
+        for e in exec_events(env.svc.exec_log, exec_off,
+                             lambda e: e["key"] in keys):
+            out.write(json.dumps(e, sort_keys=True) + "\n")
     elog = {}
     for n, off in offs:
         with open(n.error_log, errors="replace") as f, \

@@ -201,17 +201,10 @@ def trial(env, tag, pattern):
 
     from check import load_jsonl
     answers = load_jsonl(os.path.join(d, "answers.jsonl"))
-    execs = []
-    with open(env.svc.exec_log) as f:
-        f.seek(exec_off)
-        for line in f:
-            try:
-                e = json.loads(line)
-            except ValueError:
-                continue
-            if e["key"].startswith("%s-dur-%s" % (env.run_id, tag)):
-                execs.append(e)
-    acked = set(e["key"] for e in execs if e["ev"] == "exec")
+    prefix = "%s-dur-%s-" % (env.run_id, tag)
+    acked = set(e["key"] for e in faults.exec_events(
+        env.svc.exec_log, exec_off,
+        lambda e: e["ev"] == "exec" and e["key"].startswith(prefix)))
     completed = set(a["k"] for a in answers
                     if a.get("st") == 201 and a["ph"] == "load")
     # every acknowledged key again, until a final answer
@@ -223,15 +216,10 @@ def trial(env, tag, pattern):
     rec.close()
     rec2.close()
     ran = {}
-    with open(env.svc.exec_log) as f:
-        f.seek(exec_off)
-        for line in f:
-            try:
-                e = json.loads(line)
-            except ValueError:
-                continue
-            if e["ev"] == "exec" and e["key"] in acked:
-                ran[e["key"]] = ran.get(e["key"], 0) + 1
+    for e in faults.exec_events(env.svc.exec_log, exec_off,
+                                lambda e: e["ev"] == "exec"
+                                and e["key"] in acked):
+        ran[e["key"]] = ran.get(e["key"], 0) + 1
     twice = [k for k, c in ran.items() if c > 1]
     twice_completed = [k for k in twice if k in completed]
     res = {"acked": len(acked), "completed": len(completed),
