@@ -566,6 +566,8 @@ class Env:
         self.galera = False
         self.galera_cmdlines = {}
         self.galera_started = []    # pids of the nodes restarted here
+        self.galera_procs = {}      # node -> the last of them
+        self.galera_logoff = {}     # node -> its log's size at that start
         self.fencing = False
         self.run_id = time.strftime("%H%M%S")
         self.rows = []
@@ -938,19 +940,28 @@ def node_position(env, n):
     return (m[-1][0], int(m[-1][1])) if m else (None, -1)
 
 
-def node_restart(env, n, extra=(), bootstrap=False, wait=True):
+def node_restart(env, n, extra=(), bootstrap=False, wait=True, sst=False):
     """Start node n again with the command line it had (never
     --wsrep-new-cluster unless bootstrap), from the position its InnoDB
     recovered, so that it catches up by IST; its data directory belongs
     to nobody, as scripts/galera.sh leaves a joiner's, in case it needs
     an SST (rsync's daemon runs as nobody)."""
-    uuid, seqno = node_position(env, n)
+    d = os.path.join(B, "galera", "node%d" % n)
+    if sst:
+        # its state is given up: no grastate.dat, no position, a full SST
+        uuid, seqno = None, -1
+        for f in ("grastate.dat", "gvwstate.dat"):
+            try:
+                os.unlink(os.path.join(d, "data", f))
+            except OSError:
+                pass
+    else:
+        uuid, seqno = node_position(env, n)
     args = list(env.galera_cmdlines[n]) + list(extra)
     if uuid and seqno >= 0:
         args.append("--wsrep-start-position=%s:%d" % (uuid, seqno))
     if bootstrap:
         args.append("--wsrep-new-cluster")
-    d = os.path.join(B, "galera", "node%d" % n)
     for f in ("mysql.pid", "mysql.sock", "mysql.sock.lock"):
         try:
             os.unlink(os.path.join(d, f))
@@ -961,10 +972,12 @@ def node_restart(env, n, extra=(), bootstrap=False, wait=True):
             os.chown(os.path.join(d, "data"), 65534, 65534)
         except OSError:
             pass
+    env.galera_logoff[n] = file_size(os.path.join(d, "mysql.log"))
     p = subprocess.Popen(["setsid"] + args, stdin=subprocess.DEVNULL,
                          stdout=open(os.path.join(d, "restart.log"), "a"),
                          stderr=subprocess.STDOUT)
     env.galera_started.append(p.pid)
+    env.galera_procs[n] = p.pid
     # a node that joins a component without quorum does not answer until
     # the primary component is back: the caller waits for the cluster
     if wait:
@@ -979,9 +992,40 @@ def node_kill(n):
     wait_until("node%d to die" % n, 10, lambda: not alive(pid), 0.02)
 
 
-def galera_wait_synced(secs=120):
-    wait_until("the cluster: 3 nodes Synced and Primary", secs,
-               galera_synced, 0.3)
+def galera_wait_synced(secs=120, env=None, notes=None):
+    """Until all three nodes are Synced in a primary component.  With env:
+    a node restarted here that exits because it holds commits the
+    primary component does not have ("Reversing history ... Data loss is
+    possible. Must abort.") is noted, and joins again by SST, giving
+    them up (what an operator has to do)."""
+    resynced = set()
+
+    def check():
+        if galera_synced():
+            return True
+        for n, pid in list((env.galera_procs if env else {}).items()):
+            if alive(pid) or n in resynced:
+                continue
+            logf = os.path.join(B, "galera", "node%d" % n, "mysql.log")
+            with open(logf, errors="replace") as f:
+                f.seek(env.galera_logoff.get(n, 0))
+                m = re.findall(r"Reversing history: (\d+) -> (\d+), this "
+                               r"member has applied (\d+) more events",
+                               f.read())
+            if not m:
+                continue
+            resynced.add(n)
+            note = ("node%d was refused: it had applied %s more events "
+                    "than the primary component (seqno %s -> %s, "
+                    "\"Reversing history\"); rejoined by SST"
+                    % (n, m[-1][2], m[-1][0], m[-1][1]))
+            log("  " + note)
+            if notes is not None:
+                notes.append(note)
+            node_restart(env, n, getattr(env, "extra", ()), wait=False,
+                         sst=True)
+        return False
+    wait_until("the cluster: 3 nodes Synced and Primary", secs, check, 0.3)
 
 
 def galera_nginx(env):
@@ -1007,8 +1051,8 @@ def galera_scenarios(env):
         t = time.time()
         node_kill(1)
         nem.sleep(3.0)
-        node_restart(env, 1)
-        galera_wait_synced()
+        node_restart(env, 1, wait=False)
+        galera_wait_synced(120, env, nem.notes)
         nem.fault("galera: node1 killed", t)
 
     def kill_two(nem):
@@ -1021,13 +1065,13 @@ def galera_scenarios(env):
         node_restart(env, 2, wait=False)
         node_restart(env, 1, wait=False)
         try:
-            galera_wait_synced(60)
+            galera_wait_synced(60, env, nem.notes)
         except RuntimeError:
             nem.notes.append("the primary component was not restored by "
                              "itself in 60 s: pc.bootstrap=YES on node3")
             mysql_root(gnode_sock(3), "SET GLOBAL wsrep_provider_options="
                        "'pc.bootstrap=YES'")
-            galera_wait_synced()
+            galera_wait_synced(120, env, nem.notes)
         nem.fault("galera: node2, node1 killed 0.2 s apart", t)
 
     def isolate(nem):

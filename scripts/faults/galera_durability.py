@@ -156,6 +156,7 @@ def trial(env, tag, pattern):
     os.makedirs(d, exist_ok=True)
     rec = load.Recorder(os.path.join(d, "answers.jsonl"))
     exec_off = faults.file_size(env.svc.exec_log)
+    log_offs = [(n, faults.file_size(n.error_log)) for n in env.gnginx]
     rng = random.Random(5)
     ports = list(faults.G_NGINX_PORTS)
     n = 240
@@ -189,13 +190,13 @@ def trial(env, tag, pattern):
         for node in pattern:
             faults.node_restart(env, node, env.extra, wait=False)
     try:
-        faults.galera_wait_synced(90)
+        faults.galera_wait_synced(90, env, notes)
     except RuntimeError:
         notes.append("primary component not restored in 90 s: "
                      "pc.bootstrap=YES on node3")
         mysql_root(gnode_sock(3), "SET GLOBAL wsrep_provider_options="
                    "'pc.bootstrap=YES'")
-        faults.galera_wait_synced(90)
+        faults.galera_wait_synced(90, env, notes)
     recovery = time.time() - t_rec
     counts = {nd: table_counts(nd) for nd in (1, 2, 3)}
 
@@ -220,9 +221,26 @@ def trial(env, tag, pattern):
                                 lambda e: e["ev"] == "exec"
                                 and e["key"] in acked):
         ran[e["key"]] = ran.get(e["key"], 0) + 1
+    # responses nginx sent although their completion had not committed
+    # (query_timeout ran out: "not committed within ... sent to the client
+    # anyway"): not a completion the store acknowledged
+    unsure = set()
+    for ngx, off in log_offs:
+        with open(ngx.error_log, errors="replace") as f:
+            f.seek(off)
+            unsure |= set(re.findall(r"not committed within .*?request: "
+                                     r"\"POST [^ \"]*op=([^& \"]+)",
+                                     f.read()))
+    completed -= unsure
     twice = [k for k, c in ran.items() if c > 1]
     twice_completed = [k for k in twice if k in completed]
+    twice_unsure = [k for k in twice if k in unsure]
+    rows_min = min(r for r, _ in counts.values())
+    done_min = min(dn for _, dn in counts.values())
     res = {"acked": len(acked), "completed": len(completed),
+           "unsure": len(unsure), "ran_twice_unsure": len(twice_unsure),
+           "claims_lost": len(acked) - rows_min,
+           "completions_lost": max(0, len(completed) - done_min),
            "rows": counts, "ran_twice": len(twice),
            "ran_twice_completed": len(twice_completed),
            "unsettled": sum(1 for v in settled.values() if v is None),
@@ -238,6 +256,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--patterns", default=",".join(PATTERNS))
+    ap.add_argument("--repeat", type=int, default=2)
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("galera-durability: needs root", file=sys.stderr)
@@ -267,8 +286,9 @@ def main():
             row = {"config": name, "flush": flush, "sync_wait": sw,
                    "cost": c, "trials": {}}
             for p in args.patterns.split(","):
-                row["trials"][p] = trial(env, "%s-%s" % (name, p),
-                                         PATTERNS[p])
+                for i in range(args.repeat):
+                    row["trials"]["%s #%d" % (p, i + 1)] = trial(
+                        env, "%s-%s-%d" % (name, p, i + 1), PATTERNS[p])
             results.append(row)
     except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001
         log("galera-durability: harness failure: %s" % e)
@@ -289,22 +309,27 @@ def main():
 def render(results):
     fs = faults.check.fmt_s
     out = ["| setting | first requests/s | first p50 / p99 | replays/s | "
-           "replay p50 / p99 | kill | claims acknowledged | of them "
-           "completed | rows after (node1, node2, node3) | ran again | "
-           "of them completed | recovery |", "|" + "---|" * 12]
+           "replay p50 / p99 | nodes killed | claims acknowledged | "
+           "completions acknowledged | rows after (completed), each node | "
+           "claims lost | completions lost | responses sent uncommitted | "
+           "ran again | recovery | notes |", "|" + "---|" * 15]
     for r in results:
         c = r["cost"]
         for p, t in r["trials"].items():
-            rows = ", ".join("%d (%d done)" % tuple(t["rows"][n])
+            rows = ", ".join("%d (%d)" % tuple(t["rows"][n])
                              for n in (1, 2, 3))
             out.append("| flush=%d sync_wait=%d | %.0f | %s / %s | %.0f | "
-                       "%s / %s | %s | %d | %d | %s | %d | %d | %.0f s |" % (
+                       "%s / %s | %s | %d | %d | %s | %d | %d | %d | %d "
+                       "(%d of them after an uncommitted response) | "
+                       "%.0f s | %s |" % (
                            r["flush"], r["sync_wait"], c["first_rps"],
                            fs(c["first_p50"]), fs(c["first_p99"]),
                            c["replay_rps"], fs(c["replay_p50"]),
                            fs(c["replay_p99"]), p, t["acked"],
-                           t["completed"], rows, t["ran_twice"],
-                           t["ran_twice_completed"], t["recovery"]))
+                           t["completed"], rows, t["claims_lost"],
+                           t["completions_lost"], t["unsure"],
+                           t["ran_twice"], t["ran_twice_unsure"],
+                           t["recovery"], "; ".join(t["notes"]) or "-"))
     return "\n".join(out) + "\n"
 
 
