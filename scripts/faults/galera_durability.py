@@ -240,7 +240,10 @@ def trial(env, tag, pattern):
     res = {"acked": len(acked), "completed": len(completed),
            "unsure": len(unsure), "ran_twice_unsure": len(twice_unsure),
            "claims_lost": len(acked) - rows_min,
-           "completions_lost": max(0, len(completed) - done_min),
+           # rows kept but not completed, of the keys nginx saw complete
+           # (a lost row takes its completion with it: not counted twice)
+           "completions_lost": max(0, len(completed) - done_min
+                                   - (len(acked) - rows_min)),
            "rows": counts, "ran_twice": len(twice),
            "ran_twice_completed": len(twice_completed),
            "unsettled": sum(1 for v in settled.values() if v is None),
