@@ -1170,6 +1170,10 @@ def write_table(env, path):
                              "theirs ran, for up to %s" % (
                                  r["orphan_keys"],
                                  check.fmt_s(r["orphan_max"])))
+            if r.get("fencing"):
+                extra.append("%d keys committed by two executions, the "
+                             "second begun after the first had committed"
+                             % r["keys_commit_multi"])
             if r.get("module_lat_max") is not None:
                 extra.append("slowest module answer (409/503/410) in the "
                              "fault %s" % check.fmt_s(r["module_lat_max"]))
