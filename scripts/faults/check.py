@@ -43,8 +43,8 @@ Verdict (exit status 1 when violated):
   - every key has a final answer within the bound after the last fault
     healed;
   - no answer of class "other"; with fencing (see fencing_problems()),
-    epochs start at 1 and rise with every takeover, and no execution
-    commits once a newer epoch of its key has begun.
+    every execution has an epoch, they rise with every takeover, and no
+    execution commits once a newer epoch of its key has begun.
 
 Latency "in the fault": of the attempts that got an HTTP answer (the
 client's own timeouts are counted apart), those that began while a fault
@@ -290,7 +290,7 @@ def check(rundir):
 
 
 def fencing_problems(keys, by_key):
-    """Behind the fencing backend: the first claim has epoch 1, every
+    """Behind the fencing backend: every execution carries an epoch, each
     later execution of a key a higher one, and no execution commits once
     a newer epoch of its key has begun (two overlapping executions both
     committed).  A re-run that begins after the earlier one committed (a
@@ -302,9 +302,10 @@ def fencing_problems(keys, by_key):
         ex = [e for e in evs if e["ev"] == "exec"]
         if not ex:
             continue
-        if ex[0].get("epoch") != 1:
-            out.append("key %s: first execution has epoch %s, not 1"
-                       % (k, ex[0].get("epoch")))
+        # the first execution may carry 2 or more: an owner killed
+        # between its claim and forwarding never reached the backend
+        if (ex[0].get("epoch") or 0) < 1:
+            out.append("key %s: execution without an epoch" % k)
         for a, b in zip(ex, ex[1:]):
             if (a.get("epoch") or 0) >= (b.get("epoch") or 0):
                 out.append("key %s: epoch did not rise (%s then %s)"
