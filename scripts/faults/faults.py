@@ -10,8 +10,10 @@ scripts/faults/check.py:
 
 - a private MariaDB (mysql/schema.sql) in the network namespace idemf-db,
   reached over a veth pair (10.231.0.1 <-> 10.231.0.2, port 3347), so that
-  `tc qdisc ... netem` on both ends of the pair can drop every packet
-  (a silent partition: no RST), delay them or lose a few per cent;
+  tc on the host's end of the pair can drop every packet (a silent
+  partition: no RST) or one in 32 (this kernel has no netem: see
+  tc_drop()); a relay in the namespace (relay.py) delays the store
+  `slow`;
 - a Redis on 127.0.0.1:6420, the backend (backend/app.py --exec-log
   --fence-header) on 127.0.0.1:8491, and /usr/sbin/nginx with
   build/ngx_http_idempotency_module.so on 127.0.0.1:8480 (2 workers);
