@@ -1,5 +1,11 @@
 
 /*
+ * Copyright (C) 2026 The ngx_http_idempotency_module authors
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+
+
+/*
  * ngx_http_idempotency_module: per-worker non-blocking MySQL connections.
  *
  * MariaDB Connector/C's non-blocking API (mysql_*_start/_cont) driven by
