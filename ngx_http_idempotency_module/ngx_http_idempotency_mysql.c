@@ -230,6 +230,8 @@ static ngx_int_t ngx_http_idempotency_mysql_failed(
 static ngx_int_t ngx_http_idempotency_mysql_prepare_again(
     ngx_http_idempotency_mysql_conn_t *conn, ngx_uint_t err,
     const char *text);
+static ngx_int_t ngx_http_idempotency_mysql_rerun(
+    ngx_http_idempotency_mysql_conn_t *conn);
 static ngx_int_t ngx_http_idempotency_mysql_lost_idle(
     ngx_http_idempotency_mysql_conn_t *conn, ngx_uint_t err,
     const char *text);
@@ -1819,6 +1821,21 @@ ngx_http_idempotency_mysql_prepare_again(
         return ngx_http_idempotency_mysql_start(conn, op);
     }
 
+    return ngx_http_idempotency_mysql_rerun(conn);
+}
+
+
+/* the op runs once more on a new connection; this one is closed */
+
+static ngx_int_t
+ngx_http_idempotency_mysql_rerun(ngx_http_idempotency_mysql_conn_t *conn)
+{
+    ngx_http_idempotency_op_t           *op;
+    ngx_http_idempotency_mysql_conns_t  *conns;
+
+    op = conn->op;
+    conns = conn->conns;
+
     conn->op = NULL;
     op->conn = NULL;
 
@@ -1864,19 +1881,7 @@ ngx_http_idempotency_mysql_lost_idle(ngx_http_idempotency_mysql_conn_t *conn,
         return NGX_DONE;
     }
 
-    conn->op = NULL;
-    op->conn = NULL;
-
-    ngx_http_idempotency_mysql_discard(conn);
-
-    if (ngx_http_idempotency_outage_backoff(&conns->outage)) {
-        ngx_http_idempotency_mysql_op_down(op);
-
-    } else {
-        (void) ngx_http_idempotency_mysql_open(conns, op);
-    }
-
-    return NGX_DONE;
+    return ngx_http_idempotency_mysql_rerun(conn);
 }
 
 
