@@ -8,6 +8,7 @@
 #   make test         deps + build + services + 20 s of each fuzz target
 #                     (FUZZ_TEST_SECONDS=0: none) + the Test::Nginx suite
 #                     (make test TEST_FILES=t/010-x.t, PROVE_FLAGS=-v)
+#                     + the short fault run (FAULTS_TEST=0: none)
 #   make run          demo on http://127.0.0.1:8080 (make stop to end it)
 #   make NGINX_SRC=/path/to/nginx-x.y.z
 #                     build against an upstream nginx source tree instead
@@ -216,6 +217,9 @@ test: deps build services  ## the whole suite (TEST_FILES=, PROVE_FLAGS=), with 
 	@scripts/node-deps.sh
 	@if [ "$(FUZZ_TEST_SECONDS)" != 0 ]; then fuzz/run.sh -t $(FUZZ_TEST_SECONDS); fi
 	@env $(TEST_ENV) scripts/run-tests.sh $(TEST_FILES)
+	@if [ "$(TEST_FILES)" = t/ ] && [ "$(FAULTS_TEST)" != 0 ]; then \
+	   if [ "$$(id -u)" = 0 ]; then timeout -k 10 120 scripts/faults/run.sh --short; \
+	   else echo "test: faults skipped (they need root)"; fi; fi
 
 test-valgrind: deps build services  ## the suite with nginx under valgrind
 	@env $(TEST_ENV) TEST_NGINX_USE_VALGRIND=1 scripts/run-tests.sh $(TEST_FILES)
@@ -297,6 +301,8 @@ test-galera: deps build  ## a 3-node Galera cluster, two nginx racing through it
 # with nginx and the module built with ASan + UBSan (build/asan/)
 FUZZ_SECONDS      ?= 300
 FUZZ_TEST_SECONDS ?= 20
+# the whole suite ends with make test-faults-short (as root); 0: not
+FAULTS_TEST       ?= 1
 
 fuzz: deps  ## the libFuzzer targets, FUZZ_SECONDS each
 	@fuzz/run.sh -t $(FUZZ_SECONDS) $(FUZZ_TARGETS)
@@ -338,3 +344,25 @@ help:  ## this list, made from the Makefile's own ## comments
 	@echo "targets:"
 	@grep -E '^[a-z-]+:.*## ' Makefile \
 	  | sed -E 's/^([a-z-]+):[^#]*## (.*)/  \1\t\2/' | expand -t 18
+
+# faults under retrying load (scripts/faults/, docs/reliability.md); the
+# whole `make test` ends with test-faults-short; as root: a MariaDB in a network namespace of its
+# own (idemf-db, 10.231.0.0/30, port 3347), Redis 6420, the backend 8491,
+# nginx 8480, then the Galera cluster of scripts/galera.sh with nginx on
+# 8482/8483; everything under build/faults/, removed at the end pass or
+# fail.  FAULTS_FLAGS='--only partition,db-kill' or '--no-galera'.
+# test-faults-short: one partition and one MariaDB kill, under a minute.
+# galera-durability: what a claim survives per Galera setting
+# (docs/scale-out.md).
+FAULTS_FLAGS ?=
+
+.PHONY: test-faults test-faults-short galera-durability
+
+test-faults: deps build  ## faults under retrying load, Galera too (docs/reliability.md)
+	@timeout -k 30 1500 scripts/faults/run.sh $(FAULTS_FLAGS)
+
+test-faults-short: deps build  ## a partition and a MariaDB kill under load, < 1 min
+	@timeout -k 10 120 scripts/faults/run.sh --short
+
+galera-durability: deps build  ## what a claim survives per Galera setting (docs/scale-out.md)
+	@timeout -k 30 1800 scripts/faults/run.sh --durability

@@ -6,6 +6,7 @@
 
     python3 backend/app.py --port 8081 [--host 127.0.0.1] [--fcgi-port N]
                            [--pidfile F] [--log F]
+                           [--exec-log F] [--fence-header NAME]
 
 Every request except the two control endpoints is one "execution": it is
 counted per Idempotency-Key (the header value exactly as received, "-" when
@@ -36,6 +37,21 @@ X-Order-Id: ord-<n>, body
  "uri":"<path?query>","body_bytes":<len>}\\n
 where n is the global execution number.
 
+Execution log (--exec-log F, for scripts/faults/): one JSON object a line
+per execution, appended when it starts ({"ev":"exec","t":T,"key":K,"n":
+<execution of K>,"total":N,"peer":"IP:PORT","epoch":E|null}) and when its
+answer is decided ({"ev":"done",...,"status":S,"sha":<sha256 of the body,
+hex>} or, fenced, {"ev":"refused-commit",...}); a stale executor refused
+before it runs is {"ev":"refused-start",...} and is not an execution.
+
+Fencing (--fence-header NAME, HTTP only): the backend remembers the highest
+claim epoch seen per key in request header NAME (a positive integer; a
+request without it is not fenced). An epoch below the highest is refused
+at once (409 application/problem+json, type .../stale-epoch, not counted);
+after the delay (the commit point) an execution whose epoch is no longer
+the highest is not committed and answers the same 409. So each key
+commits at most once per epoch, and never from a stale executor.
+
 FastCGI (--fcgi-port N): also listens on HOST:N for FastCGI (responder
 role, one thread per connection, FCGI_KEEP_CONN on or off, one request at a
 time per connection: a second FCGI_BEGIN_REQUEST gets FCGI_CANT_MPX_CONN).
@@ -55,6 +71,7 @@ without FCGI_END_REQUEST. FCGI_GET_VALUES is answered.
 
 import argparse
 import gzip
+import hashlib
 import json
 import os
 import signal
@@ -94,6 +111,54 @@ class Counters:
 
 
 COUNTERS = Counters()
+
+
+class ExecLog:
+    """--exec-log: one JSON line per execution event (off by default)."""
+
+    def __init__(self):
+        self.f = None
+        self.lock = threading.Lock()
+
+    def write(self, ev, **fields):
+        if self.f is None:
+            return
+        fields["ev"] = ev
+        fields["t"] = round(time.time(), 6)
+        line = json.dumps(fields, separators=(",", ":"), sort_keys=True)
+        with self.lock:
+            try:
+                self.f.write(line + "\n")
+                self.f.flush()
+            except Exception:
+                pass
+
+
+class Fence:
+    """--fence-header: the highest claim epoch seen per key."""
+
+    def __init__(self, header):
+        self.header = header
+        self.lock = threading.Lock()
+        self.highest = {}
+
+    def start(self, key, epoch):
+        """False when epoch is stale (below the highest seen)."""
+        with self.lock:
+            top = self.highest.get(key, 0)
+            if epoch < top:
+                return False
+            self.highest[key] = epoch
+            return True
+
+    def commit(self, key, epoch):
+        """True when no newer epoch arrived since start."""
+        with self.lock:
+            return self.highest.get(key, 0) <= epoch
+
+
+EXECLOG = ExecLog()
+FENCE = None
 LOG_LOCK = threading.Lock()
 LOG = sys.stderr
 
@@ -170,8 +235,11 @@ class Answer:
         self.nbytes = len(body) if nbytes is None else nbytes
 
 
-def answer(method, uri, key, reqbody):
-    """Count and answer one request (sleeps for delay=): an Answer."""
+def answer(method, uri, key, reqbody, meta=None):
+    """Count and answer one request (sleeps for delay=): an Answer.
+
+    meta (HTTP only): {"peer": "IP:PORT", "epoch": int or None}, for the
+    execution log and fencing."""
     path, _, query = uri.partition("?")
 
     if path == "/__count" and method in ("GET", "HEAD"):
@@ -190,8 +258,38 @@ def answer(method, uri, key, reqbody):
         a.framed = False
         return a
 
+    meta = meta or {}
+    peer = meta.get("peer")
+    epoch = meta.get("epoch")
+    fenced = FENCE is not None and epoch is not None
+    if fenced and not FENCE.start(key, epoch):
+        EXECLOG.write("refused-start", key=key, peer=peer, epoch=epoch)
+        return stale_answer(key, epoch, "refused-start")
+
     total, execution = COUNTERS.execute(key)
-    return execute(method, uri, query, key, total, execution, reqbody)
+    EXECLOG.write("exec", key=key, n=execution, total=total, peer=peer,
+                  epoch=epoch, uri=uri)
+    a = execute(method, uri, query, key, total, execution, reqbody)
+    if fenced and not FENCE.commit(key, epoch):
+        EXECLOG.write("refused-commit", key=key, n=execution, total=total,
+                      peer=peer, epoch=epoch)
+        return stale_answer(key, epoch, "refused-commit")
+    if EXECLOG.f is not None:
+        EXECLOG.write("done", key=key, n=execution, total=total, peer=peer,
+                      epoch=epoch, status=a.status,
+                      sha=hashlib.sha256(a.body).hexdigest())
+    return a
+
+
+def stale_answer(key, epoch, note):
+    body = (json.dumps({
+        "type": "https://example.invalid/problems/stale-epoch",
+        "title": "stale executor",
+        "status": 409,
+        "detail": "epoch %d of key %s is not the newest" % (epoch, key),
+    }, separators=(",", ":")) + "\n").encode()
+    return Answer(409, [("Content-Type", "application/problem+json")], body,
+                  note, key)
 
 
 def execute(method, uri, query, key, total, execution, reqbody):
@@ -331,6 +429,18 @@ class Handler(BaseHTTPRequestHandler):
             return "-"
         return ", ".join(values)
 
+    def meta(self):
+        """Peer and claim epoch, for --exec-log and --fence-header."""
+        epoch = None
+        if FENCE is not None:
+            value = self.headers.get(FENCE.header)
+            if value is not None:
+                try:
+                    epoch = int(value.strip())
+                except ValueError:
+                    epoch = None
+        return {"peer": "%s:%d" % self.client_address[:2], "epoch": epoch}
+
     # ----------------------------------------------------------- response
 
     def do_ANY(self):
@@ -342,7 +452,7 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
 
-        a = answer(self.command, self.path, self.key(), body)
+        a = answer(self.command, self.path, self.key(), body, self.meta())
         if a.reset:
             self.send_reset(a, started)
             return
@@ -673,7 +783,7 @@ class FcgiServer(socketserver.ThreadingTCPServer):
 
 
 def main():
-    global LOG
+    global LOG, FENCE
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8081)
@@ -681,10 +791,18 @@ def main():
                     help="also serve FastCGI on this port (default: none)")
     ap.add_argument("--pidfile")
     ap.add_argument("--log", help="append the request log here (default: stderr)")
+    ap.add_argument("--exec-log",
+                    help="append a JSON line per execution event here")
+    ap.add_argument("--fence-header", metavar="NAME",
+                    help="refuse stale claim epochs sent in header NAME")
     args = ap.parse_args()
 
     if args.log:
         LOG = open(args.log, "a", buffering=1)
+    if args.exec_log:
+        EXECLOG.f = open(args.exec_log, "a", buffering=1)
+    if args.fence_header:
+        FENCE = Fence(args.fence_header)
 
     try:
         server = Server((args.host, args.port), Handler)

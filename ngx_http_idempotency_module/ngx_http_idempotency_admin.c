@@ -1,5 +1,11 @@
 
 /*
+ * Copyright (C) 2026 The ngx_http_idempotency_module authors
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+
+
+/*
  * ngx_http_idempotency_module: "idempotency_admin STORE;", the operator
  * API.
  *
@@ -8,9 +14,11 @@
  * by key and scope, hashed as the request path hashes them), the keys in
  * progress or of unknown outcome (every shard asked, the answers merged,
  * oldest first), and the two changes an operator may make.  A change is
- * one DELETE conditional on the row's version, the text the operator
+ * one UPDATE conditional on the row's version, the text the operator
  * read with GET: a row that was renewed, completed or taken over since
- * stays.  "release" applies to keys in progress or of unknown outcome
+ * stays.  It expires the row at once, as a release does (owner.c): the
+ * next claim takes it as a new operation and goes on counting its
+ * epoch.  "release" applies to keys in progress or of unknown outcome
  * (a retry then runs anew); "forget" to completed keys, whose entries in
  * this nginx's replay tiers go too.
  *
@@ -918,7 +926,10 @@ ngx_http_idempotency_admin_op(ngx_http_idempotency_admin_t *ad,
 
         op->all_rows = 1;
 
+        /* a key given back, by a release or an operator, is expired */
+
         p = ngx_slprintf(p, last, "SELECT %s FROM `%V` WHERE state = %ui "
+                         "AND expires_at > UTC_TIMESTAMP(3) "
                          "AND key_hash <> %s ORDER BY created_at, key_hash "
                          "LIMIT %ui", ngx_http_idempotency_admin_columns,
                          table, ad->state, ngx_http_idempotency_admin_zero,
@@ -928,12 +939,14 @@ ngx_http_idempotency_admin_op(ngx_http_idempotency_admin_t *ad,
     default: /* RELEASE, FORGET */
 
         /*
-         * The DELETE changes the row only while it is the version the
+         * The UPDATE expires the row only while it is the version the
          * operator saw, and the SELECT after it tells, when it did not,
          * whether the row is gone or what it is now.
          */
 
-        p = ngx_slprintf(p, last, "DELETE FROM `%V` WHERE key_hash = X'%*s' "
+        p = ngx_slprintf(p, last, "UPDATE `%V` SET expires_at = "
+                         "UTC_TIMESTAMP(3), lease_until = UTC_TIMESTAMP(3) "
+                         "WHERE key_hash = X'%*s' "
                          "AND state IN (%s) AND %s = '%V'; "
                          "SELECT %s FROM `%V` WHERE key_hash = X'%*s'",
                          table, sizeof(hex), hex,
@@ -985,7 +998,7 @@ ngx_http_idempotency_admin_hold(ngx_http_idempotency_admin_t *ad,
 
     /*
      * A version starts with its row's state: the state the row had when
-     * the DELETE took it (a version of another state never matches)
+     * the UPDATE took it (a version of another state never matches)
      */
 
     v = &ad->args[NGX_HTTP_IDEMPOTENCY_ADMIN_A_VERSION];

@@ -1,5 +1,11 @@
 
 /*
+ * Copyright (C) 2026 The ngx_http_idempotency_module authors
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+
+
+/*
  * ngx_http_idempotency_module: from a known key to a verdict.
  *
  * The tiers are asked first; decide() is the one place that then chooses
@@ -778,8 +784,10 @@ ngx_http_idempotency_claim_failed(ngx_http_request_t *r,
      * READ found it) may have run already: it is never passed unprotected
      */
 
+    /* an expired issued key may not run without the row it needs */
+
     pass = (ilcf->on_store_error == NGX_HTTP_IDEMPOTENCY_STORE_PASS
-            && !ctx->exists);
+            && !ctx->exists && !ctx->expired_key);
 
     level = pass ? NGX_LOG_WARN : NGX_LOG_ERR;
 

@@ -1,5 +1,11 @@
 
 /*
+ * Copyright (C) 2026 The ngx_http_idempotency_module authors
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+
+
+/*
  * ngx_http_idempotency_module: the shell the store drivers share.
  *
  * The fd belongs to the library: it is never closed here, and any I/O

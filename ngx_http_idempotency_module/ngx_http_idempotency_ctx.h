@@ -1,5 +1,11 @@
 
 /*
+ * Copyright (C) 2026 The ngx_http_idempotency_module authors
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+
+
+/*
  * ngx_http_idempotency_module: the request context.
  *
  * What a protected request carries on its way through the files of the
@@ -81,6 +87,9 @@ struct ngx_http_idempotency_ctx_s {
     ngx_event_t                        resume_ev;
     ngx_event_t                        hash_ev;    /* next body slice */
     ngx_event_t                        guard_ev;   /* filter.c's guard */
+    ngx_event_t                        stall_ev;   /* a client not reading */
+    off_t                              stall_sent; /* c->sent at its start */
+    ngx_uint_t                         guards;     /* guard's looks */
     ngx_http_idempotency_fp_t          fp;
 
     ngx_pool_t                        *replay_pool;

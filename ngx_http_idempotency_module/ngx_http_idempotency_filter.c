@@ -1,5 +1,11 @@
 
 /*
+ * Copyright (C) 2026 The ngx_http_idempotency_module authors
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+
+
+/*
  * ngx_http_idempotency_module: the capture filters.
  *
  * For a request that won its claim, the header filter decides what the
@@ -30,8 +36,7 @@
 
 /* how long the end of a response waits for its completion */
 #define ngx_http_idempotency_defer_time(ctx)                                 \
-    ((ctx)->conf->store->query_timeout ? (ctx)->conf->store->query_timeout  \
-                                       : 2000)
+    ((ctx)->conf->store->query_timeout)
 
 
 /*
@@ -42,6 +47,11 @@
  * to resize).
  */
 #define NGX_HTTP_IDEMPOTENCY_BUFFERED   0x08
+
+/* the guard looks for a redirected request's upstream this often, ms,
+ * this many times (a body read meanwhile: 10 s) */
+#define NGX_HTTP_IDEMPOTENCY_GUARD_EVERY  50
+#define NGX_HTTP_IDEMPOTENCY_GUARD_LOOKS  200
 
 
 static ngx_int_t ngx_http_idempotency_header_filter(ngx_http_request_t *r);
@@ -73,6 +83,12 @@ static void ngx_http_idempotency_send_deferred_handler(ngx_event_t *ev);
 static void ngx_http_idempotency_client_gone(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_chain_t *in);
 static void ngx_http_idempotency_consume(ngx_chain_t *in);
+#if (NGX_HTTP_V2)
+static void ngx_http_idempotency_renew_buffer(ngx_http_request_t *r);
+#endif
+static void ngx_http_idempotency_stall_watch(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, ngx_int_t rc);
+static void ngx_http_idempotency_stall_handler(ngx_event_t *ev);
 static ngx_int_t ngx_http_idempotency_charge(ngx_http_idempotency_ctx_t *ctx,
     size_t n);
 static void ngx_http_idempotency_uncharge(void *data);
@@ -179,6 +195,11 @@ ngx_http_idempotency_header_filter(ngx_http_request_t *r)
         }
 
         if (ctx->job && ctx->deferring) {
+
+            /* the content handler sends no body after it (a HEAD of a
+             * static file would, and desync a keep-alive connection) */
+
+            r->header_only = 1;
             ctx->header_deferred = 1;
             r->buffered |= NGX_HTTP_IDEMPOTENCY_BUFFERED;
             return NGX_OK;
@@ -250,8 +271,12 @@ ngx_http_idempotency_capture_start(ngx_http_request_t *r,
     }
 
     ctx->resp_status = r->headers_out.status;
-    ctx->expect_len = r->headers_out.content_length_n;
     ctx->capturing = 1;
+
+    /* a HEAD response's Content-Length is that of a body it never has */
+
+    ctx->expect_len = ngx_http_idempotency_header_only(r)
+                      ? -1 : r->headers_out.content_length_n;
 
     /* file buffers reach this filter read into memory */
     r->filter_need_in_memory = 1;
@@ -295,8 +320,13 @@ ngx_http_idempotency_replaced(ngx_http_idempotency_ctx_t *ctx,
 
     ctx->resp_status = status;
 
-    (void) ngx_http_idempotency_complete(ctx, NGX_HTTP_IDEMPOTENCY_ROW_UNSTORED,
-                                         ngx_http_idempotency_committed);
+    if (ngx_http_idempotency_complete(ctx, NGX_HTTP_IDEMPOTENCY_ROW_UNSTORED,
+                                      ngx_http_idempotency_committed)
+        == NGX_OK
+        && !ctx->request->connection->error)
+    {
+        ngx_http_idempotency_defer_start(ctx);
+    }
 }
 
 
@@ -387,7 +417,10 @@ ngx_http_idempotency_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
     }
 
     if (ctx->gone) {
+        ngx_http_idempotency_consume(ctx->deferred);
         ngx_http_idempotency_consume(in);
+        ctx->deferred = NULL;
+        r->buffered &= ~NGX_HTTP_IDEMPOTENCY_BUFFERED;
         return NGX_OK;
     }
 
@@ -432,7 +465,87 @@ ngx_http_idempotency_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
         return NGX_OK;
     }
 
+    if (ctx->capturing) {
+        ngx_http_idempotency_stall_watch(r, ctx, rc);
+    }
+
     return rc;
+}
+
+
+/*
+ * A client that stops reading is a client that left.  While a captured
+ * response cannot be sent (the client does not read), a timer a little
+ * shorter than send_timeout runs, whichever write handler nginx has put
+ * in place (the upstream's, or ngx_http_writer once the upstream is done
+ * and the rest waits in a temp file): when it ends, the client counts
+ * as gone, the filters swallow what is left, and the write handler runs
+ * once more, so that nginx passes the rest of the response through the
+ * capture and the upstream is read to its end.
+ */
+
+static void
+ngx_http_idempotency_stall_watch(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, ngx_int_t rc)
+{
+    ngx_msec_t                 t;
+    ngx_http_core_loc_conf_t  *clcf;
+
+    if (rc != NGX_AGAIN && !r->connection->buffered) {
+        if (ctx->stall_ev.timer_set) {
+            ngx_del_timer(&ctx->stall_ev);
+        }
+
+        return;
+    }
+
+    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+
+    t = clcf->send_timeout;
+    t = (t > 200) ? t - 100 : t / 2;
+
+    ctx->stall_sent = r->connection->sent;
+    ctx->stall_ev.handler = ngx_http_idempotency_stall_handler;
+    ctx->stall_ev.data = ctx;
+    ctx->stall_ev.log = r->connection->log;
+
+    ngx_add_timer(&ctx->stall_ev, t);
+}
+
+
+static void
+ngx_http_idempotency_stall_handler(ngx_event_t *ev)
+{
+    ngx_connection_t            *c;
+    ngx_http_request_t          *r;
+    ngx_http_idempotency_ctx_t  *ctx;
+
+    ctx = ev->data;
+    r = ctx->request;
+    c = r->connection;
+
+    if (!ctx->capturing || ctx->gone) {
+        return;
+    }
+
+    if (c->sent != ctx->stall_sent) {
+        /* the client reads, slowly: as send_timeout, counted anew */
+        ngx_http_idempotency_stall_watch(r, ctx, NGX_AGAIN);
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_INFO, c->log, NGX_ETIMEDOUT,
+                  "idempotency: client of key %V stopped reading",
+                  &ctx->key_id);
+
+    ngx_http_idempotency_client_gone(r, ctx, NULL);
+
+    /* what nginx holds for the client goes through the filters at once */
+
+    c->write->ready = 1;
+
+    r->write_event_handler(r);
+    ngx_http_run_posted_requests(c);
 }
 
 
@@ -806,6 +919,14 @@ ngx_http_idempotency_filter_cleanup(ngx_http_idempotency_ctx_t *ctx)
     if (ctx->guard_ev.posted) {
         ngx_delete_posted_event(&ctx->guard_ev);
     }
+
+    if (ctx->guard_ev.timer_set) {
+        ngx_del_timer(&ctx->guard_ev);
+    }
+
+    if (ctx->stall_ev.timer_set) {
+        ngx_del_timer(&ctx->stall_ev);
+    }
 }
 
 
@@ -844,9 +965,23 @@ ngx_http_idempotency_guard_handler(ngx_event_t *ev)
     r = ctx->request;
     u = r->upstream;
 
-    if (!ctx->owner || u == NULL || u->cleanup == NULL || u->header_sent
-        || u->conf->ignore_client_abort)
-    {
+    if (!ctx->owner || r->header_sent) {
+        return;
+    }
+
+    if (u == NULL || u->cleanup == NULL) {
+
+        /* the content handler reads the body first (idempotency_
+         * fingerprint off): look again, for a while */
+
+        if (ctx->guards++ < NGX_HTTP_IDEMPOTENCY_GUARD_LOOKS) {
+            ngx_add_timer(&ctx->guard_ev, NGX_HTTP_IDEMPOTENCY_GUARD_EVERY);
+        }
+
+        return;
+    }
+
+    if (u->header_sent || u->conf->ignore_client_abort) {
         return;
     }
 
@@ -893,17 +1028,68 @@ ngx_http_idempotency_client_gone(ngx_http_request_t *r,
     ctx->gone = 1;
     r->connection->error = 1;
 
+    if (ctx->stall_ev.timer_set) {
+        ngx_del_timer(&ctx->stall_ev);
+    }
+
     ngx_http_idempotency_consume(in);
 
 #if (NGX_HTTP_V2)
     if (r->stream) {
-        /* queued frames still point to their buffers */
+
+        /*
+         * Queued frames still point to their buffers, and flow control
+         * may keep them queued for ever: an unbuffered upstream, which
+         * would wait for its buffer to be sent, reads on into another.
+         */
+
+        ngx_http_idempotency_renew_buffer(r);
         return;
     }
 #endif
 
     ngx_http_idempotency_consume(r->out);
+
+    /* nothing is left for the write filter to send */
+    r->connection->buffered &= ~NGX_HTTP_WRITE_BUFFERED;
 }
+
+
+#if (NGX_HTTP_V2)
+
+static void
+ngx_http_idempotency_renew_buffer(ngx_http_request_t *r)
+{
+    size_t                size;
+    u_char               *p;
+    ngx_http_upstream_t  *u;
+
+    u = r->upstream;
+
+    if (u == NULL || u->buffering || u->buffer.start == NULL
+        || u->busy_bufs == NULL)
+    {
+        return;
+    }
+
+    size = u->buffer.end - u->buffer.start;
+
+    p = ngx_palloc(r->pool, size);
+    if (p == NULL) {
+        return;
+    }
+
+    /* what the old buffer still holds, the queued frames and out_bufs
+     * point to; it stays in the request's pool */
+
+    u->buffer.start = p;
+    u->buffer.pos = p;
+    u->buffer.last = p;
+    u->buffer.end = p + size;
+    u->busy_bufs = NULL;
+}
+
+#endif
 
 
 static void

@@ -1,5 +1,11 @@
 
 /*
+ * Copyright (C) 2026 The ngx_http_idempotency_module authors
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+
+
+/*
  * ngx_http_idempotency_module: directives, variables, module glue.
  */
 
@@ -1006,11 +1012,11 @@ ngx_http_idempotency_upstream_conf(ngx_cycle_t *cycle, void **loc_conf,
 static ngx_int_t
 ngx_http_idempotency_protect(ngx_conf_t *cf)
 {
-    void                              ***loc;
-    ngx_uint_t                           i, n;
-    ngx_http_conf_ctx_t                 *ctx;
-    ngx_http_upstream_conf_t            *ucf;
-    ngx_http_idempotency_main_conf_t    *imcf;
+    void                            ***loc;
+    ngx_uint_t                         i, n;
+    ngx_http_conf_ctx_t               *ctx;
+    ngx_http_upstream_conf_t          *ucf;
+    ngx_http_idempotency_main_conf_t  *imcf;
 
     ctx = cf->ctx;
 
@@ -1043,11 +1049,11 @@ ngx_http_idempotency_protect(ngx_conf_t *cf)
 static void
 ngx_http_idempotency_check_resend(ngx_conf_t *cf)
 {
-    void                              ***loc;
-    ngx_uint_t                           i, m, n;
-    ngx_http_upstream_conf_t            *ucf;
-    ngx_http_core_loc_conf_t            *clcf;
-    ngx_http_idempotency_main_conf_t    *imcf;
+    void                            ***loc;
+    ngx_uint_t                         i, m, n;
+    ngx_http_upstream_conf_t          *ucf;
+    ngx_http_core_loc_conf_t          *clcf;
+    ngx_http_idempotency_main_conf_t  *imcf;
 
     imcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_idempotency_module);
     loc = imcf->locations.elts;

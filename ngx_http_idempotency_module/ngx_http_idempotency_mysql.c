@@ -1,5 +1,11 @@
 
 /*
+ * Copyright (C) 2026 The ngx_http_idempotency_module authors
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+
+
+/*
  * ngx_http_idempotency_module: per-worker non-blocking MySQL connections.
  *
  * MariaDB Connector/C's non-blocking API (mysql_*_start/_cont) driven by
@@ -224,6 +230,8 @@ static ngx_int_t ngx_http_idempotency_mysql_failed(
 static ngx_int_t ngx_http_idempotency_mysql_prepare_again(
     ngx_http_idempotency_mysql_conn_t *conn, ngx_uint_t err,
     const char *text);
+static ngx_int_t ngx_http_idempotency_mysql_rerun(
+    ngx_http_idempotency_mysql_conn_t *conn);
 static ngx_int_t ngx_http_idempotency_mysql_lost_idle(
     ngx_http_idempotency_mysql_conn_t *conn, ngx_uint_t err,
     const char *text);
@@ -265,6 +273,7 @@ static ngx_int_t ngx_http_idempotency_mysql_batch_failed(
     ngx_http_idempotency_mysql_conn_t *conn, ngx_uint_t err,
     const char *text);
 static ngx_uint_t ngx_http_idempotency_mysql_batch_error(ngx_uint_t err);
+static void ngx_http_idempotency_mysql_unsent(ngx_http_idempotency_op_t *op);
 static void ngx_http_idempotency_mysql_finish_all(
     ngx_http_idempotency_op_t *op, ngx_uint_t rc);
 static void ngx_http_idempotency_mysql_flush(ngx_event_t *ev);
@@ -1551,7 +1560,8 @@ ngx_http_idempotency_mysql_stmt_step(ngx_http_idempotency_mysql_conn_t *conn,
         conn->ready[conn->op->stmt][conn->nbatch - 1] = 1;
 
         if (ngx_http_idempotency_mysql_members(conn->op) != conn->nbatch) {
-            /* one of the batch timed out meanwhile */
+            /* one of the batch timed out meanwhile: nothing ran yet */
+            ngx_http_idempotency_mysql_unsent(conn->op);
             return ngx_http_idempotency_mysql_unbatch(conn, 1);
         }
 
@@ -1811,6 +1821,21 @@ ngx_http_idempotency_mysql_prepare_again(
         return ngx_http_idempotency_mysql_start(conn, op);
     }
 
+    return ngx_http_idempotency_mysql_rerun(conn);
+}
+
+
+/* the op runs once more on a new connection; this one is closed */
+
+static ngx_int_t
+ngx_http_idempotency_mysql_rerun(ngx_http_idempotency_mysql_conn_t *conn)
+{
+    ngx_http_idempotency_op_t           *op;
+    ngx_http_idempotency_mysql_conns_t  *conns;
+
+    op = conn->op;
+    conns = conn->conns;
+
     conn->op = NULL;
     op->conn = NULL;
 
@@ -1856,19 +1881,7 @@ ngx_http_idempotency_mysql_lost_idle(ngx_http_idempotency_mysql_conn_t *conn,
         return NGX_DONE;
     }
 
-    conn->op = NULL;
-    op->conn = NULL;
-
-    ngx_http_idempotency_mysql_discard(conn);
-
-    if (ngx_http_idempotency_outage_backoff(&conns->outage)) {
-        ngx_http_idempotency_mysql_op_down(op);
-
-    } else {
-        (void) ngx_http_idempotency_mysql_open(conns, op);
-    }
-
-    return NGX_DONE;
+    return ngx_http_idempotency_mysql_rerun(conn);
 }
 
 
@@ -2518,7 +2531,32 @@ ngx_http_idempotency_mysql_batch_failed(
         return NGX_DONE;
     }
 
+    /* the server refused the statement, or rolled it back: the ops have
+     * not written anything yet */
+
+    ngx_http_idempotency_mysql_unsent(op);
+
+    if (err == ER_MAX_PREPARED_STMT_COUNT_REACHED) {
+        /* a new connection has none of this one's statements */
+        (void) ngx_http_idempotency_mysql_unbatch(conn, 1);
+        ngx_http_idempotency_mysql_discard(conn);
+        ngx_http_idempotency_mysql_kick(conns);
+        return NGX_DONE;
+    }
+
     return ngx_http_idempotency_mysql_unbatch(conn, 1);
+}
+
+
+/* the ops of a statement that did not run: none has written anything */
+
+static void
+ngx_http_idempotency_mysql_unsent(ngx_http_idempotency_op_t *op)
+{
+    for ( /* void */ ; op; op = op->batch_next) {
+        op->sent = 0;
+        op->thread = 0;
+    }
 }
 
 
@@ -2532,6 +2570,7 @@ ngx_http_idempotency_mysql_batch_error(ngx_uint_t err)
     case ER_LOCK_DEADLOCK:
     case ER_LOCK_WAIT_TIMEOUT:
     case ER_UNKNOWN_STMT_HANDLER:
+    case ER_MAX_PREPARED_STMT_COUNT_REACHED:
     case CR_SERVER_GONE_ERROR:
     case CR_SERVER_LOST:
         return 1;
@@ -2696,7 +2735,7 @@ ngx_http_idempotency_mysql_startable(ngx_http_idempotency_mysql_conns_t *conns)
 static void
 ngx_http_idempotency_mysql_op_timeout(ngx_event_t *ev)
 {
-    ngx_http_idempotency_op_t           *op, *m;
+    ngx_http_idempotency_op_t           *op;
     ngx_http_idempotency_mysql_conn_t   *conn;
     ngx_http_idempotency_mysql_conns_t  *conns;
 
@@ -2704,29 +2743,26 @@ ngx_http_idempotency_mysql_op_timeout(ngx_event_t *ev)
     conn = op->conn;
     conns = op->shard->conns;
 
+    if (conn && conn->op != op) {
+
+        /*
+         * One of the others of a batch whose statement runs: it ends with
+         * the statement, whose own deadline (the first op's) bounds it.
+         * Leaving now would leave its write unknown on a connection that
+         * lives on, and nobody to tell when that write is settled.
+         */
+
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, op->log, 0,
+                       "idempotency mysql %s: deadline, waits for the "
+                       "statement of its batch", op->name);
+        return;
+    }
+
     ngx_log_error(NGX_LOG_WARN, op->log, 0,
                   "idempotency store \"%V\" mysql=%V: %s timed out (%M ms)%s",
                   &conns->store->name, &conns->shard->name, op->name,
                   conns->store->query_timeout,
                   conn ? "" : " waiting for a connection");
-
-    if (conn && conn->op != op) {
-        /* one of the others of a batch: it alone ends, the rest goes on */
-
-        for (m = conn->op; m && m->batch_next != op; m = m->batch_next) {
-            /* void */
-        }
-
-        if (m) {
-            m->batch_next = op->batch_next;
-        }
-
-        op->batch_next = NULL;
-
-        ngx_http_idempotency_mysql_op_finish(op,
-                                             NGX_HTTP_IDEMPOTENCY_OP_TIMEOUT);
-        return;
-    }
 
     ngx_http_idempotency_mysql_finish_all(op, NGX_HTTP_IDEMPOTENCY_OP_TIMEOUT);
 

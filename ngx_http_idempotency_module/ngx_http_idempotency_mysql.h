@@ -1,5 +1,11 @@
 
 /*
+ * Copyright (C) 2026 The ngx_http_idempotency_module authors
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+
+
+/*
  * ngx_http_idempotency_module: non-blocking MySQL connections.
  *
  * An "op" is one round trip on a kept-alive connection of one shard:
@@ -120,10 +126,9 @@ struct ngx_http_idempotency_op_s {
     ngx_queue_t                           queue;
     ngx_event_t                           timer;
     void                                 *conn;
+    ngx_uint_t                            thread;      /* its server id */
     ngx_http_idempotency_op_t            *batch_next;  /* the others */
     unsigned                              single:1;    /* not again */
-    ngx_uint_t                            thread;      /* the server's id
-                                                          of its conn */
     unsigned                              sent:1;      /* it ran */
     unsigned                              again:1;     /* once more */
 };

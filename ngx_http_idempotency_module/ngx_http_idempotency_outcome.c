@@ -1,5 +1,11 @@
 
 /*
+ * Copyright (C) 2026 The ngx_http_idempotency_module authors
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+
+
+/*
  * ngx_http_idempotency_module: what nginx knows of the upstream.
  *
  * An attempt's state says whether the upstream answered (its header was
@@ -17,7 +23,7 @@
 ngx_uint_t
 ngx_http_idempotency_outcome(ngx_http_request_t *r, ngx_uint_t *status)
 {
-    ngx_uint_t                  i, sent;
+    ngx_uint_t                  i, sent, replaced;
     ngx_http_upstream_t        *u;
     ngx_http_upstream_state_t  *st;
 
@@ -36,6 +42,13 @@ ngx_http_idempotency_outcome(ngx_http_request_t *r, ngx_uint_t *status)
         return NGX_HTTP_IDEMPOTENCY_ANSWERED;
     }
 
+    /* the upstream answered with X-Accel-Redirect: what nginx sends in
+     * its stead is the answer it asked for */
+
+    if (u && u->headers_in.x_accel_redirect && r->err_status == 0) {
+        return NGX_HTTP_IDEMPOTENCY_ANSWERED;
+    }
+
     if (r->upstream_states == NULL || r->upstream_states->nelts == 0) {
 
         /*
@@ -49,25 +62,42 @@ ngx_http_idempotency_outcome(ngx_http_request_t *r, ngx_uint_t *status)
                : NGX_HTTP_IDEMPOTENCY_ANSWERED;
     }
 
-    /* the response is nginx's: what did the attempts get? */
+    /*
+     * The response is nginx's: what did the attempts get?  One that was
+     * sent and got no answer makes the outcome unknown, whatever another
+     * answered; one that answered, with none unsure, was replaced.  The
+     * states without a peer are nginx's separators between the upstreams
+     * of an internal redirect.
+     */
 
     st = r->upstream_states->elts;
     sent = 0;
+    replaced = 0;
 
     for (i = 0; i < r->upstream_states->nelts; i++) {
 
-        if (st[i].header_time != (ngx_msec_t) -1 && st[i].status) {
-            *status = st[i].status;
-            return NGX_HTTP_IDEMPOTENCY_REPLACED;
+        if (st[i].peer == NULL) {
+            continue;
         }
 
-        if (st[i].bytes_sent > 0) {
+        if (st[i].header_time != (ngx_msec_t) -1 && st[i].status) {
+            replaced = st[i].status;
+
+        } else if (st[i].bytes_sent > 0) {
             sent = 1;
         }
     }
 
-    return sent ? NGX_HTTP_IDEMPOTENCY_UNSURE
-                : NGX_HTTP_IDEMPOTENCY_NOT_SENT;
+    if (sent) {
+        return NGX_HTTP_IDEMPOTENCY_UNSURE;
+    }
+
+    if (replaced) {
+        *status = replaced;
+        return NGX_HTTP_IDEMPOTENCY_REPLACED;
+    }
+
+    return NGX_HTTP_IDEMPOTENCY_NOT_SENT;
 }
 
 
@@ -94,7 +124,10 @@ ngx_http_idempotency_outcome_sent(ngx_http_request_t *r)
     st = r->upstream_states->elts;
 
     for (i = 0; i < r->upstream_states->nelts; i++) {
-        if (st[i].bytes_sent > 0 || st[i].header_time != (ngx_msec_t) -1) {
+        if (st[i].peer
+            && (st[i].bytes_sent > 0
+                || st[i].header_time != (ngx_msec_t) -1))
+        {
             return NGX_HTTP_IDEMPOTENCY_UNSURE;
         }
     }

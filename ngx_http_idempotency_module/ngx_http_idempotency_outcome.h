@@ -1,5 +1,11 @@
 
 /*
+ * Copyright (C) 2026 The ngx_http_idempotency_module authors
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+
+
+/*
  * ngx_http_idempotency_module: what nginx knows of the upstream.
  *
  * When a forwarded request's response is not the upstream's own (nginx
@@ -21,8 +27,8 @@
 #define NGX_HTTP_IDEMPOTENCY_ANSWERED     0   /* the backend's, to keep */
 #define NGX_HTTP_IDEMPOTENCY_NOT_SENT     1   /* no byte reached it */
 #define NGX_HTTP_IDEMPOTENCY_UNSURE       2   /* sent, no answer back */
-#define NGX_HTTP_IDEMPOTENCY_REPLACED     3   /* it answered *status, and
-                                                 nginx sent its own page */
+#define NGX_HTTP_IDEMPOTENCY_REPLACED     3   /* it answered *status;
+                                                 nginx sends a page */
 
 
 /*

@@ -1,11 +1,20 @@
 
 /*
+ * Copyright (C) 2026 The ngx_http_idempotency_module authors
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+
+
+/*
  * ngx_http_idempotency_module: the claim a request holds.
  *
- *     DELETE FROM t WHERE key_hash = ? AND state = 0 AND owner = ?
+ *     UPDATE t SET expires_at = now, lease_until = now
+ *      WHERE key_hash = ? AND state = 0 AND owner = ?
  *
- * A release is conditional on the owner token, so it never removes a
- * row that another request has taken over, or one that is completed.
+ * A release is conditional on the owner token, so it never frees a row
+ * that another request has taken over, or one that is completed.  The
+ * row stays, expired (the purge removes it): the next claim takes it
+ * over as a new operation, with the next epoch.
  */
 
 

@@ -1,5 +1,11 @@
 
 /*
+ * Copyright (C) 2026 The ngx_http_idempotency_module authors
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+
+
+/*
  * ngx_http_idempotency_module: "idempotency_metrics;", the metrics in
  * Prometheus' text format, and the workers' gauges it reads (each
  * worker publishes its connections, leases and held duplicates).

@@ -1,5 +1,11 @@
 
 /*
+ * Copyright (C) 2026 The ngx_http_idempotency_module authors
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+
+
+/*
  * ngx_http_idempotency_module: the Redis replay tier.
  *
  * hiredis' async context driven by nginx events through a small adapter
@@ -83,6 +89,9 @@ static ngx_int_t ngx_http_idempotency_redis_write(
 static ngx_int_t ngx_http_idempotency_redis_command(
     ngx_http_idempotency_redis_t *client, redisCallbackFn *fn, void *privdata,
     int argc, const char **argv, const size_t *argvlen, ngx_uint_t *owed);
+static ngx_int_t ngx_http_idempotency_redis_handshake_cmd(
+    ngx_http_idempotency_redis_t *client, const char *cmd, u_char *arg,
+    size_t len);
 static ngx_int_t ngx_http_idempotency_redis_handshake(
     ngx_http_idempotency_redis_t *client);
 static void ngx_http_idempotency_redis_handshake_reply(
@@ -524,53 +533,52 @@ ngx_http_idempotency_redis_handshake(ngx_http_idempotency_redis_t *client)
 {
     u_char                        *p;
     ngx_http_idempotency_store_t  *store;
-    const char                    *argv[2];
-    size_t                         argvlen[2];
     u_char                         db[NGX_INT_T_LEN];
 
     store = client->store;
     client->handshake = 0;
 
-    if (store->redis_password.len) {
-        argv[0] = "AUTH";
-        argvlen[0] = 4;
-        argv[1] = (const char *) store->redis_password.data;
-        argvlen[1] = store->redis_password.len;
-
-        if (ngx_http_idempotency_redis_command(client,
-                                    ngx_http_idempotency_redis_handshake_reply,
-                                    client, 2, argv, argvlen,
-                                    &client->handshake)
-            != NGX_OK)
-        {
-            return NGX_ERROR;
-        }
+    if (store->redis_password.len
+        && ngx_http_idempotency_redis_handshake_cmd(client, "AUTH",
+                                              store->redis_password.data,
+                                              store->redis_password.len)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
     }
 
     if (store->redis_db > 0) {
         p = ngx_sprintf(db, "%i", store->redis_db);
 
-        argv[0] = "SELECT";
-        argvlen[0] = 6;
-        argv[1] = (const char *) db;
-        argvlen[1] = p - db;
-
-        if (ngx_http_idempotency_redis_command(client,
-                                    ngx_http_idempotency_redis_handshake_reply,
-                                    client, 2, argv, argvlen,
-                                    &client->handshake)
+        if (ngx_http_idempotency_redis_handshake_cmd(client, "SELECT", db,
+                                                     p - db)
             != NGX_OK)
         {
             return NGX_ERROR;
         }
     }
 
-    argv[0] = "PING";
-    argvlen[0] = 4;
+    return ngx_http_idempotency_redis_handshake_cmd(client, "PING", NULL, 0);
+}
+
+
+/* a command of the handshake, with its one argument, or none (NULL) */
+
+static ngx_int_t
+ngx_http_idempotency_redis_handshake_cmd(ngx_http_idempotency_redis_t *client,
+    const char *cmd, u_char *arg, size_t len)
+{
+    const char  *argv[2];
+    size_t       argvlen[2];
+
+    argv[0] = cmd;
+    argvlen[0] = ngx_strlen(cmd);
+    argv[1] = (const char *) arg;
+    argvlen[1] = len;
 
     return ngx_http_idempotency_redis_command(client,
                                     ngx_http_idempotency_redis_handshake_reply,
-                                    client, 1, argv, argvlen,
+                                    client, arg ? 2 : 1, argv, argvlen,
                                     &client->handshake);
 }
 

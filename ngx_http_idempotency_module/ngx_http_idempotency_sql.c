@@ -1,5 +1,11 @@
 
 /*
+ * Copyright (C) 2026 The ngx_http_idempotency_module authors
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+
+
+/*
  * ngx_http_idempotency_module: the statements the lifecycle sends.
  *
  * Every statement that changes a row is conditional on the owner token,
@@ -484,8 +490,16 @@ ngx_http_idempotency_sql_release(ngx_http_idempotency_shard_t *shard,
         return NULL;
     }
 
-    p = ngx_sprintf(op->sql.data, "DELETE FROM `%V` WHERE key_hash = ",
-                    &shard->store->table);
+    /*
+     * The row is not deleted but expired at once (and its lease with
+     * it): the next claim takes it as a new operation, and its epoch
+     * goes on from this one's, so that a backend that fences by the
+     * highest epoch of a key never sees it fall back to 1.
+     */
+
+    p = ngx_sprintf(op->sql.data, "UPDATE `%V` SET expires_at = "
+                    "UTC_TIMESTAMP(3), lease_until = UTC_TIMESTAMP(3) "
+                    "WHERE key_hash = ", &shard->store->table);
     p = ngx_http_idempotency_owned(p, key_hash, owner);
 
     op->sql.len = p - op->sql.data;

@@ -259,6 +259,68 @@ Idempotency-Key: t045-10
 
 
 
+=== TEST 10b: an intercepted 503 sent to a backup that times out: the outcome is unknown, not a 5xx to give back
+--- config
+    location /orders {
+        idempotency main;
+        proxy_pass http://backend;
+        proxy_intercept_errors on;
+        error_page 503 = @backup;
+    }
+    location @backup {
+        rewrite ^ /orders?delay=2000 break;
+        proxy_pass http://backend;
+        proxy_read_timeout 1s;
+    }
+    location = /count { proxy_pass http://backend/__count; }
+--- more_headers
+Idempotency-Key: t045-10b
+--- request eval
+["POST /orders?status=503\nx", "POST /orders?status=503\nx", "GET /count?key=t045-10b"]
+--- error_code eval
+[504, 502, 200]
+--- response_body_like eval
+['504', 'problem:outcome-unknown', '^2$']
+--- timeout: 8
+
+
+
+=== TEST 10c: HEAD as a protected method: complete with its header, replayed
+--- config eval
+IdemTest::orders_location(idempotency_methods => 'HEAD POST',
+    add_header => 'X-Idem', count => 1)
+--- more_headers
+Idempotency-Key: t045-10c
+--- request eval
+["HEAD /orders", "HEAD /orders", "GET /count?key=t045-10c"]
+--- error_code eval
+[200, 200, 200]
+--- response_headers eval
+["X-Idem: new", "X-Idem: replay\nIdempotent-Replayed: true", ""]
+--- response_body eval
+["", "", "1"]
+
+
+
+=== TEST 10d: HEAD of a static file in a protected location: the header alone, no body after it
+--- config
+    location /static/ {
+        idempotency main;
+        idempotency_methods HEAD POST;
+        alias html/;
+    }
+--- user_files eval
+[[ 'big.bin' => ('A' x 300000) ]]
+--- init
+my $r = http_req(method => 'HEAD', key => 't045-10d', uri => '/static/big.bin');
+is($r->{status}, 200, 'HEAD: 200');
+is(length $r->{body}, 0, 'no body after the header');
+--- request
+GET /static/big.bin
+--- error_code: 200
+
+
+
 === TEST 11: a slow reader is a client that left: send_timeout does not cut the upstream, the response is stored, the retry replays it
 --- http_config eval
 IdemTest::store_config() . "server {\n listen 127.0.0.1:" . (IdemTest::port() + 1) . " sndbuf=8k;\n send_timeout 1s;\n"
@@ -281,6 +343,56 @@ Idempotency-Key: t045-11
 --- response_body_like eval
 ['^\x00\x01\x02', '^1$']
 --- timeout: 10
+
+
+
+=== TEST 11b: a slow reader of a response the upstream sent in full at once: the rest waits in nginx, and is still stored
+--- http_config eval
+IdemTest::store_config() . "server {\n listen 127.0.0.1:" . (IdemTest::port() + 1) . " sndbuf=8k;\n send_timeout 1s;\n"
+. IdemTest::orders_location(idempotency_max_response_size => '1m') . "}\n"
+--- config eval
+IdemTest::orders_location(idempotency_max_response_size => '1m', count => 1)
+--- init
+my $s = main::stalled_client(port() + 1, 't045-11b', '/orders?size=600000');
+sleep 3;
+close $s;
+--- more_headers
+Idempotency-Key: t045-11b
+--- request eval
+["POST /orders?size=600000\nx", "GET /count?key=t045-11b"]
+--- error_code eval
+[201, 200]
+--- response_headers eval
+["Idempotent-Replayed: true\nContent-Length: 600000", ""]
+--- response_body_like eval
+['^\x00\x01\x02', '^1$']
+--- timeout: 10
+
+
+
+=== TEST 11c: an HTTP/2 client that stops reading a response of an unbuffered upstream: the upstream is read on, the response stored
+--- http_config eval
+IdemTest::store_config() . "server {\n " . main::h2_listen(IdemTest::port() + 1)
+. " send_timeout 1s;\n"
+. IdemTest::orders_location(idempotency_max_response_size => '4m',
+    proxy_buffering => 'off') . "}\n"
+--- config eval
+IdemTest::orders_location(idempotency_max_response_size => '4m', count => 1)
+--- init
+my $port = port() + 1;
+my $out = `node t/tools/h2-stall.js $port '/orders?size=3000000' t045-11c 3000`;
+like($out, qr/status 201 got \d+/, 'the client read the start, then stopped (and is reset as gone)');
+--- more_headers
+Idempotency-Key: t045-11c
+--- request eval
+["POST /orders?size=3000000\nx", "GET /count?key=t045-11c"]
+--- error_code eval
+[201, 200]
+--- response_headers eval
+["Idempotent-Replayed: true\nContent-Length: 3000000", ""]
+--- response_body_like eval
+['^\x00\x01\x02', '^1$']
+--- timeout: 20
 
 
 
@@ -378,7 +490,8 @@ my $r = http_req(key => 't045-15', body => 'x');
 is("$r->{status} $r->{idem}", '503 error', 'the claim timed out: 503, not run');
 waitpid($pid, 0);
 sleep 1;
-is(sql("SELECT COUNT(*) FROM idempotency_keys WHERE key_hash = X'$h'"), "0\n",
+is(sql("SELECT COUNT(*) FROM idempotency_keys WHERE key_hash = X'$h'"
+       . " AND expires_at > UTC_TIMESTAMP(3)"), "0\n",
    'the INSERT that committed after its timeout was given back');
 --- more_headers
 Idempotency-Key: t045-15
@@ -483,6 +596,38 @@ sql("INSERT INTO idempotency_keys (key_hash, state, owner, epoch, fingerprint,"
 ["X-Epoch: 1", "Idempotent-Replayed: true\n!X-Epoch", "X-Epoch: 5"]
 --- response_body eval
 ["epoch=1\n", "epoch=1\n", "epoch=5\n"]
+
+
+
+=== TEST 18b: the epoch never falls back: a takeover (5) answered 5xx gives the key back, and the next claim is 6, not 1
+--- config
+    location /o500 {
+        idempotency main;
+        idempotency_epoch_header Idempotency-Epoch;
+        proxy_pass http://127.0.0.1:$server_port/echo500;
+    }
+    location /orders {
+        idempotency main;
+        idempotency_epoch_header Idempotency-Epoch;
+        proxy_pass http://127.0.0.1:$server_port/echo;
+    }
+    location = /echo500 { return 500 "epoch=$http_idempotency_epoch\n"; }
+    location = /echo { return 201 "epoch=$http_idempotency_epoch\n"; }
+--- init
+my $fp = fingerprint('POST', '/o500', 'x');
+my $h = key_hash_hex('t045-18c');
+sql("INSERT INTO idempotency_keys (key_hash, state, owner, epoch, fingerprint,"
+    . " created_at, lease_until, expires_at) VALUES (X'$h', 0, X'00', 4,"
+    . " X'$fp', UTC_TIMESTAMP(3), UTC_TIMESTAMP(3) - INTERVAL 1 SECOND,"
+    . " UTC_TIMESTAMP(3) + INTERVAL 1 HOUR)");
+--- more_headers
+Idempotency-Key: t045-18c
+--- request eval
+["POST /o500\nx", "POST /orders\nx"]
+--- error_code eval
+[500, 201]
+--- response_body eval
+["epoch=5\n", "epoch=6\n"]
 
 
 
