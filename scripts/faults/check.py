@@ -1,4 +1,7 @@
 #!/usr/bin/env python3
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+
 """The checker of scripts/faults/: what held and what did not, per fault.
 
     python3 scripts/faults/check.py RUNDIR [RUNDIR...]   (a scenario each)

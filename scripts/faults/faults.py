@@ -1,4 +1,7 @@
 #!/usr/bin/env python3
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+
 """Faults under retrying load: `make test-faults` (docs/reliability.md).
 
     scripts/faults/faults.py [--short] [--only NAME,...] [--no-galera]

@@ -1,4 +1,7 @@
 #!/usr/bin/env python3
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+
 """What a claim survives on the Galera cluster, per setting (scale-out.md).
 
     scripts/faults/galera_durability.py [--configs NAME,...]

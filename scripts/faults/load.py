@@ -1,3 +1,6 @@
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+
 """Clients that retry like real ones, for scripts/faults/ (stdlib only).
 
 An *operation* is one key with one request (method, URI, body): what a

@@ -1,4 +1,7 @@
 #!/usr/bin/env python3
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+
 """A TCP relay that can delay what it forwards (scripts/faults/, stdlib).
 
     relay.py LISTEN_IP:PORT UPSTREAM_IP:PORT DELAY_MS JITTER_MS

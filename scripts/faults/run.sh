@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+#
 # make test-faults, make test-faults-short, make galera-durability:
 # scripts/faults/faults.py (or galera_durability.py with --durability)
 # under a trap that removes what they start (the namespace idemf-db, the

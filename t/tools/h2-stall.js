@@ -1,4 +1,7 @@
 #!/usr/bin/env node
+// Copyright (C) 2026 The ngx_http_idempotency_module authors
+// SPDX-License-Identifier: BSD-2-Clause
+//
 // An HTTP/2 client that posts with a key, reads a little, then stops
 // reading (its stream window closes) and holds the connection, for the
 // tests of a client that stops reading (t/045).
