@@ -372,8 +372,9 @@ Idempotency-Key: t045-11b
 
 === TEST 11c: an HTTP/2 client that stops reading a response of an unbuffered upstream: the upstream is read on, the response stored
 --- http_config eval
-IdemTest::store_config() . "server {\n " . main::h2_listen(IdemTest::port() + 1)
-. " send_timeout 1s;\n"
+IdemTest::store_config() . "server {\n    "
+. IdemStress::listen_http2('127.0.0.1:' . (IdemTest::port() + 1), '    ')
+. "\n    send_timeout 1s;\n"
 . IdemTest::orders_location(idempotency_max_response_size => '4m',
     proxy_buffering => 'off') . "}\n"
 --- config eval
