@@ -21,7 +21,9 @@
 #
 # Environment: the ports of `make test` (MYSQL_PORT, MYSQL2_PORT,
 # REDIS_PORT, TEST_BACKEND_PORT, TEST_FCGI_PORT, TEST_NGINX_PORT),
-# TEST_FILES and PROVE_FLAGS are passed on to each run.
+# TEST_FILES and PROVE_FLAGS are passed on to each run; the fault run
+# that ends `make test` (scripts/faults/, fixed ports) is left out unless
+# FAULTS_TEST=1.
 #
 # Prints the table (version, source, build, tests passed and failed,
 # seconds) and writes it to build/matrix/summary.md; exits 1 unless every
@@ -138,6 +140,7 @@ for v in "${VERSIONS[@]}"; do
     log "nginx $v: $("$dir/obj/nginx" -v 2>&1); the suite ($dir/test.log)"
     t1=$SECONDS
     mk "$v" "$flags" test NGINX_BIN="$dir/obj/nginx" FUZZ_TEST_SECONDS=0 \
+        FAULTS_TEST="${FAULTS_TEST:-0}" \
         "${PORTS[@]}" ${TEST_FILES:+TEST_FILES="$TEST_FILES"} \
         ${PROVE_FLAGS:+PROVE_FLAGS="$PROVE_FLAGS"} > "$dir/test.log" 2>&1
     trc=$?
