@@ -53,11 +53,14 @@ REDIS_DB_MODULE = 7
 REDIS_DB_PEERS = 8
 TABLE = 'bench_keys'
 
-PORTS = {
-    'return': 18080, 'proxy': 18081, 'mysql': 18082, 'redis': 18083,
-    'shm': 18084, 'upstream': 18090, 'express-idempotency': 18091,
-    'node-idempotency': 18092, 'plain-express': 18093,
-}
+# BENCH_PORT_BASE [18080]: every port below is that plus an offset, so
+# that two checkouts on one machine can bench side by side
+PORT_BASE = env_int('BENCH_PORT_BASE', 18080)
+PORTS = {k: PORT_BASE + v for k, v in {
+    'return': 0, 'proxy': 1, 'mysql': 2, 'redis': 3, 'shm': 4,
+    'upstream': 10, 'express-idempotency': 11, 'node-idempotency': 12,
+    'plain-express': 13,
+}.items()}
 
 # system id -> (label, port, workloads, where executions are counted)
 SYSTEMS = [
@@ -449,6 +452,11 @@ def wrk(port, script, args, duration, connections=None, threads=None):
     if args:
         cmd += ['--'] + [str(a) for a in args]
     out = run(cmd)
+    dist = None
+    for line in out.splitlines():
+        if line.startswith('BENCHDIST '):
+            dist = [[float(v) for v in kv.split(':')]
+                    for kv in line[10:].split()]
     for line in out.splitlines():
         if line.startswith('BENCH '):
             d = {k: float(v) for k, v in
@@ -456,6 +464,8 @@ def wrk(port, script, args, duration, connections=None, threads=None):
             d['rps'] = d['requests'] / (d['duration_us'] / 1e6)
             d['socket_errors'] = (d['err_connect'] + d['err_read'] +
                                   d['err_write'] + d['err_timeout'])
+            # [[percentile, µs], ...] from 0 (the fastest) to 100 (max)
+            d['dist'] = dist
             return d
     die('no BENCH line in wrk output:\n' + out)
 
