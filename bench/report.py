@@ -152,6 +152,7 @@ def aggregate(rounds):
             # [[percentile, ms], ...]: each percentile's median over
             # the rounds (results from before it was collected: None)
             'dist': dist_median(rs),
+            'other': med(r.get('other_cpus') for r in rs),
             'busy': med(sum(r['cpu_seconds'].values()) /
                         (r['wrk']['duration_us'] / 1e6)
                         for r in rs if 'cpu_seconds' in r),
@@ -362,22 +363,25 @@ def generate(results, doc, png, bench_dir):
           'from `/proc/PID/stat` (wrk: its rusage) over the measurement. '
           '"node" is the upstream for the nginx rows and the own process '
           'of the peers and of plain express. "busy" is the CPU time of '
-          'all of them per second of wall time: the machine has %s CPUs.' %
-          mach.get('nproc', '?'))
+          'all of them per second of wall time: the machine has %s CPUs. '
+          '"other CPUs" is what the rest of the machine kept busy '
+          'meanwhile (`/proc/stat` less the processes of the row): other '
+          'work on a shared machine, and the kernel\'s softirq time of '
+          'the bench\'s own loopback traffic.' % mach.get('nproc', '?'))
         w('')
         w('| system | workload | nginx workers | node | MariaDB | Redis | '
-          'wrk | total | busy CPUs |')
-        w('|---|---|--:|--:|--:|--:|--:|--:|--:|')
+          'wrk | total | busy CPUs | other CPUs |')
+        w('|---|---|--:|--:|--:|--:|--:|--:|--:|--:|')
         for key in ORDER:
             if key not in agg or agg[key]['busy'] is None:
                 continue
             a = agg[key]
             c = a['cpu']
             tot = sum(v for v in c.values() if v is not None)
-            w('| %s | %s | %s | %s | %s | %s | %s | %s | %s |' % (
+            w('| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |' % (
                 NAME[key[0]], key[1], f0(c['nginx']), f0(c['node']),
                 f0(c['mariadb']), f0(c['redis']), f0(c['wrk']), f0(tot),
-                f2(a['busy'])))
+                f2(a['busy']), f2(a['other'])))
         w('')
 
     # ------------------------------------------------------------ ratios
@@ -665,6 +669,13 @@ def generate(results, doc, png, bench_dir):
     w('- load average when the run started: %s (`/proc/loadavg`; the '
       'averages also count the minutes before the run)'
       % mach.get('loadavg_start', '?'))
+    other = [(r['other_cpus'], r['system'], r['workload'], r['round'])
+             for rnd in d['rounds'] for r in rnd if 'other_cpus' in r]
+    if other:
+        hi = max(other)
+        w('- CPUs busy with anything else during the measurements ("other '
+          'CPUs" above): median %.2f, highest %.2f (%s, %s, round %d)' % (
+              med(o[0] for o in other), hi[0], NAME[hi[1]], hi[2], hi[3]))
     if d['elapsed']:
         w('- the run took %.0f s' % d['elapsed']['seconds'])
     w('')

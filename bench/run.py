@@ -338,6 +338,15 @@ def cpu_snapshot(system):
     return snap
 
 
+def machine_busy():
+    """CPU seconds the whole machine has been busy so far, all CPUs and
+    every process, exited ones too (/proc/stat: user, nice, system, irq,
+    softirq, steal)"""
+    with open('/proc/stat') as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / CLK_TCK
+
+
 def start_all():
     os.makedirs(OUT, exist_ok=True)
     if not os.path.exists(MODULE_SO):
@@ -507,9 +516,11 @@ def measure_one(rnd, system, workload):
     my0, rd0 = mysql_status(), redis_commandstats()
     rss0 = workers_rss() if system in MODULE_SYSTEMS else None
     cpu0 = cpu_snapshot(system)
+    busy0 = machine_busy()
 
     res = wrk(port, script, args, CFG['duration'], conns, threads)
 
+    busy1 = machine_busy()
     cpu1 = cpu_snapshot(system)
     time.sleep(0.3)
     my1, rd1 = mysql_status(), redis_commandstats()
@@ -534,6 +545,12 @@ def measure_one(rnd, system, workload):
         'cpu_us_per_req': {k: (cpu1[k] - cpu0[k]) * 1e6 / max(
             res['requests'], 1) for k in cpu0},
         'cpu_seconds': {k: cpu1[k] - cpu0[k] for k in cpu0},
+        # CPUs busy with anything but the processes above (other
+        # sessions' work on a shared machine; also the kernel's softirq
+        # time of the bench's own loopback traffic), per second of wall
+        # time
+        'other_cpus': max(0.0, (busy1 - busy0) - sum(
+            cpu1[k] - cpu0[k] for k in cpu0)) / (res['duration_us'] / 1e6),
     }
     rec['mysql_per_req'] = {k: v / n for k, v in rec['mysql'].items()}
     rec['redis_per_req'] = sum(v for k, v in rec['redis'].items()
