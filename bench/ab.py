@@ -1,4 +1,7 @@
 #!/usr/bin/env python3
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+
 """A/B of two builds of the module on the bench's module workloads.
 
     bench/ab.py A.so B.so [LABEL_A LABEL_B]

@@ -1,3 +1,6 @@
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+#
 # docs/benchmarks-latency.png: the latency distribution of every system,
 # the first-request ("unique") and the retry-mix workloads, each line the
 # median over the rounds of wrk's percentiles.  bench/report.py writes the
