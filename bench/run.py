@@ -56,11 +56,14 @@ REDIS_DB_MODULE = 7
 REDIS_DB_PEERS = 8
 TABLE = 'bench_keys'
 
-PORTS = {
-    'return': 18080, 'proxy': 18081, 'mysql': 18082, 'redis': 18083,
-    'shm': 18084, 'upstream': 18090, 'express-idempotency': 18091,
-    'node-idempotency': 18092, 'plain-express': 18093,
-}
+# BENCH_PORT_BASE [18080]: every port below is that plus an offset, so
+# that two checkouts on one machine can bench side by side
+PORT_BASE = env_int('BENCH_PORT_BASE', 18080)
+PORTS = {k: PORT_BASE + v for k, v in {
+    'return': 0, 'proxy': 1, 'mysql': 2, 'redis': 3, 'shm': 4,
+    'upstream': 10, 'express-idempotency': 11, 'node-idempotency': 12,
+    'plain-express': 13,
+}.items()}
 
 # system id -> (label, port, workloads, where executions are counted)
 SYSTEMS = [
@@ -338,6 +341,15 @@ def cpu_snapshot(system):
     return snap
 
 
+def machine_busy():
+    """CPU seconds the whole machine has been busy so far, all CPUs and
+    every process, exited ones too (/proc/stat: user, nice, system, irq,
+    softirq, steal)"""
+    with open('/proc/stat') as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / CLK_TCK
+
+
 def start_all():
     os.makedirs(OUT, exist_ok=True)
     if not os.path.exists(MODULE_SO):
@@ -452,6 +464,11 @@ def wrk(port, script, args, duration, connections=None, threads=None):
     if args:
         cmd += ['--'] + [str(a) for a in args]
     out = run(cmd)
+    dist = None
+    for line in out.splitlines():
+        if line.startswith('BENCHDIST '):
+            dist = [[float(v) for v in kv.split(':')]
+                    for kv in line[10:].split()]
     for line in out.splitlines():
         if line.startswith('BENCH '):
             d = {k: float(v) for k, v in
@@ -459,6 +476,8 @@ def wrk(port, script, args, duration, connections=None, threads=None):
             d['rps'] = d['requests'] / (d['duration_us'] / 1e6)
             d['socket_errors'] = (d['err_connect'] + d['err_read'] +
                                   d['err_write'] + d['err_timeout'])
+            # [[percentile, µs], ...] from 0 (the fastest) to 100 (max)
+            d['dist'] = dist
             return d
     die('no BENCH line in wrk output:\n' + out)
 
@@ -500,9 +519,11 @@ def measure_one(rnd, system, workload):
     my0, rd0 = mysql_status(), redis_commandstats()
     rss0 = workers_rss() if system in MODULE_SYSTEMS else None
     cpu0 = cpu_snapshot(system)
+    busy0 = machine_busy()
 
     res = wrk(port, script, args, CFG['duration'], conns, threads)
 
+    busy1 = machine_busy()
     cpu1 = cpu_snapshot(system)
     time.sleep(0.3)
     my1, rd1 = mysql_status(), redis_commandstats()
@@ -527,6 +548,12 @@ def measure_one(rnd, system, workload):
         'cpu_us_per_req': {k: (cpu1[k] - cpu0[k]) * 1e6 / max(
             res['requests'], 1) for k in cpu0},
         'cpu_seconds': {k: cpu1[k] - cpu0[k] for k in cpu0},
+        # CPUs busy with anything but the processes above (other
+        # sessions' work on a shared machine; also the kernel's softirq
+        # time of the bench's own loopback traffic), per second of wall
+        # time
+        'other_cpus': max(0.0, (busy1 - busy0) - sum(
+            cpu1[k] - cpu0[k] for k in cpu0)) / (res['duration_us'] / 1e6),
     }
     rec['mysql_per_req'] = {k: v / n for k, v in rec['mysql'].items()}
     rec['redis_per_req'] = sum(v for k, v in rec['redis'].items()

@@ -15,7 +15,9 @@
 # BENCH_RSS_REQUESTS [1000000], BENCH_KEYS [1000] replayed keys,
 # BENCH_BURST [50] concurrent duplicates, BENCH_BURST_DELAY_MS [200],
 # BENCH_WARMUP [1] seconds, BENCH_WORKERS [2] nginx workers,
-# IDEM_MYSQL_PORT [3307], IDEM_REDIS_PORT [6380], NGINX_BIN [/usr/sbin/nginx].
+# IDEM_MYSQL_PORT [3307], IDEM_REDIS_PORT [6380], NGINX_BIN [/usr/sbin/nginx],
+# BENCH_PORT_BASE [18080] (nginx on BASE..BASE+4, the upstream on BASE+10,
+# the peers and plain express on BASE+11..BASE+13).
 # Needs the services (scripts/services.sh start) and bench/setup.sh first;
 # `make bench` does both.
 

@@ -81,10 +81,20 @@ START_TIMEOUT=${IDEM_START_TIMEOUT:-60}
 
 SCHEMA=$ROOT/mysql/schema.sql
 
-# the tuning of the default set's MariaDB servers
+# the tuning of the default set's MariaDB servers.  The redo log, the
+# buffer pool and the page cleaner are sized for `make bench`
+# (docs/benchmarks.md, "The tail"): a redo log that fills, or a buffer
+# pool without free pages, makes InnoDB flush pages synchronously, and
+# every write waits 40-250 ms for it.  With max_dirty_pages_pct_lwm at
+# 0 (the default) MariaDB 10.11's page cleaner flushes nothing in the
+# background, however old the checkpoint; at 10 it keeps flushing, at
+# up to io_capacity pages a second.
 DEFAULT_MYSQL_OPTS=(
-    --innodb-buffer-pool-size=256M
-    --innodb-log-file-size=32M
+    --innodb-buffer-pool-size=512M
+    --innodb-log-file-size=1G
+    --innodb-io-capacity=2000
+    --innodb-io-capacity-max=4000
+    --innodb-max-dirty-pages-pct-lwm=10
     --max-connections=500
     --thread-handling=pool-of-threads
     --innodb-spin-wait-delay=0

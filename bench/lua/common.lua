@@ -6,6 +6,9 @@
 -- A request is a POST of a small JSON body with an Idempotency-Key.
 -- done() prints one machine-readable line that bench/run.py parses:
 --   BENCH requests=N duration_us=N p50_us=N p90_us=N p99_us=N ...
+-- and one with the latency distribution (percentile:microseconds, the
+-- last one the maximum), for the latency chart:
+--   BENCHDIST 0:N 1:N 5:N ... 99.99:N 100:N
 
 wrk.method = "POST"
 wrk.body = '{"amount":4200,"currency":"EUR","customer":"cus_42"}'
@@ -50,4 +53,11 @@ function done(summary, latency, requests)
         latency:percentile(50), latency:percentile(90),
         latency:percentile(99), latency.mean, latency.max,
         e.connect, e.read, e.write, e.status, e.timeout))
+    local dist = { "BENCHDIST 0:" .. latency.min }
+    for _, p in ipairs({ 1, 5, 10, 25, 50, 75, 90, 95, 98, 99, 99.5, 99.8,
+                         99.9, 99.95, 99.99 }) do
+        table.insert(dist, p .. ":" .. latency:percentile(p))
+    end
+    table.insert(dist, "100:" .. latency.max)
+    io.write(table.concat(dist, " ") .. "\n")
 end
