@@ -38,7 +38,9 @@
  * shutdown() makes every further read/write of the driver fail at once,
  * the interrupted call is run to its (failed) end so that the driver
  * releases what it holds, and mysql_close_start() then finishes at once
- * because there is nothing left to wait for. *
+ * because there is nothing left to wait for.  At worker exit an idle
+ * connection is sent a COM_QUIT first, if its socket takes it at once.
+ *
  * The file, top down: the op (its API: made, given values, run,
  * detached); conns (a shard's connections in the worker: connect, TLS,
  * the session); a connection's calls (an op's statement started, driven
@@ -257,17 +259,19 @@ static ngx_int_t ngx_http_idempotency_mysql_wrap(
     ngx_http_idempotency_mysql_conn_t *conn);
 static void ngx_http_idempotency_mysql_unwrap(
     ngx_http_idempotency_mysql_conn_t *conn);
+static void ngx_http_idempotency_mysql_close(
+    ngx_http_idempotency_mysql_conn_t *conn);
 static void ngx_http_idempotency_mysql_discard(
     ngx_http_idempotency_mysql_conn_t *conn);
 static void ngx_http_idempotency_mysql_gather(
     ngx_http_idempotency_mysql_conn_t *conn, ngx_http_idempotency_op_t *op);
 static size_t ngx_http_idempotency_mysql_op_size(
     ngx_http_idempotency_op_t *op);
-static ngx_uint_t ngx_http_idempotency_mysql_members(
-    ngx_http_idempotency_op_t *op);
 static ngx_int_t ngx_http_idempotency_mysql_executed(
     ngx_http_idempotency_mysql_conn_t *conn);
 static ngx_int_t ngx_http_idempotency_mysql_unbatch(
+    ngx_http_idempotency_mysql_conn_t *conn, ngx_uint_t single);
+static ngx_int_t ngx_http_idempotency_mysql_requeue(
     ngx_http_idempotency_mysql_conn_t *conn, ngx_uint_t single);
 static ngx_int_t ngx_http_idempotency_mysql_batch_failed(
     ngx_http_idempotency_mysql_conn_t *conn, ngx_uint_t err,
@@ -282,6 +286,8 @@ static void ngx_http_idempotency_mysql_rescue(
 static ngx_http_idempotency_op_t *ngx_http_idempotency_mysql_startable(
     ngx_http_idempotency_mysql_conns_t *conns);
 static void ngx_http_idempotency_mysql_op_timeout(ngx_event_t *ev);
+static void ngx_http_idempotency_mysql_timed_out(
+    ngx_http_idempotency_op_t *op, ngx_uint_t waiting);
 static void ngx_http_idempotency_mysql_op_finish(
     ngx_http_idempotency_op_t *op, ngx_uint_t rc);
 static void ngx_http_idempotency_mysql_op_posted(ngx_event_t *ev);
@@ -692,13 +698,8 @@ ngx_http_idempotency_mysql_exit(ngx_cycle_t *cycle)
                 ngx_queue_remove(q);
                 conns->nconns--;
 
-                ngx_http_idempotency_mysql_unwrap(conn);
-
-                /* worker exit: a plain (blocking) mysql_close is acceptable */
-                mysql_close(conn->mysql);
-                conn->mysql = NULL;
-
-                ngx_http_idempotency_mysql_stmts_free(conn);
+                /* a polite COM_QUIT, never waited for, even at exit */
+                ngx_http_idempotency_mysql_close(conn);
             }
 
             shard[j].conns = NULL;
@@ -1559,12 +1560,6 @@ ngx_http_idempotency_mysql_stmt_step(ngx_http_idempotency_mysql_conn_t *conn,
 
         conn->ready[conn->op->stmt][conn->nbatch - 1] = 1;
 
-        if (ngx_http_idempotency_mysql_members(conn->op) != conn->nbatch) {
-            /* one of the batch timed out meanwhile: nothing ran yet */
-            ngx_http_idempotency_mysql_unsent(conn->op);
-            return ngx_http_idempotency_mysql_unbatch(conn, 1);
-        }
-
         *status = ngx_http_idempotency_mysql_execute(conn);
 
         if (*status < 0) {
@@ -1875,10 +1870,7 @@ ngx_http_idempotency_mysql_lost_idle(ngx_http_idempotency_mysql_conn_t *conn,
                   op->name, err, text);
 
     if (op->batch_next) {
-        (void) ngx_http_idempotency_mysql_unbatch(conn, 0);
-        ngx_http_idempotency_mysql_discard(conn);
-        ngx_http_idempotency_mysql_kick(conns);
-        return NGX_DONE;
+        return ngx_http_idempotency_mysql_requeue(conn, 0);
     }
 
     return ngx_http_idempotency_mysql_rerun(conn);
@@ -2217,6 +2209,52 @@ ngx_http_idempotency_mysql_unwrap(ngx_http_idempotency_mysql_conn_t *conn)
 
 
 /*
+ * Frees the driver's handle and its statements without ever waiting:
+ * COM_QUIT goes out if the socket takes it at once (at worker exit; a
+ * discarded connection's socket is shut down already), else the socket
+ * is shut down so that every step of the close fails at once.
+ */
+
+static void
+ngx_http_idempotency_mysql_close(ngx_http_idempotency_mysql_conn_t *conn)
+{
+    int                                  status;
+    ngx_uint_t                           n;
+    ngx_socket_t                         s;
+    ngx_http_idempotency_mysql_conns_t  *conns;
+
+    conns = conn->conns;
+
+    ngx_http_idempotency_mysql_unwrap(conn);
+
+    status = mysql_close_start(conn->mysql);
+
+    if (status) {
+        s = ngx_http_idempotency_mysql_socket(conn);
+
+        if (s != (ngx_socket_t) -1) {
+            (void) shutdown(s, SHUT_RDWR);
+        }
+    }
+
+    for (n = 0; status && n < NGX_HTTP_IDEMPOTENCY_MYSQL_ABORT_STEPS; n++) {
+        status = mysql_close_cont(conn->mysql, status);
+    }
+
+    if (status) {
+        ngx_log_error(NGX_LOG_ALERT, conns->log, 0,
+                      "idempotency store \"%V\" mysql=%V: "
+                      "mysql_close_start() did not end",
+                      &conns->store->name, &conns->shard->name);
+    }
+
+    conn->mysql = NULL;
+
+    ngx_http_idempotency_mysql_stmts_free(conn);
+}
+
+
+/*
  * Closes a connection without waiting for anything (see the top of the
  * file) and puts its struct on the spare list.
  */
@@ -2224,7 +2262,6 @@ ngx_http_idempotency_mysql_unwrap(ngx_http_idempotency_mysql_conn_t *conn)
 static void
 ngx_http_idempotency_mysql_discard(ngx_http_idempotency_mysql_conn_t *conn)
 {
-    int                                  status;
     ngx_uint_t                           n;
     ngx_socket_t                         s;
     ngx_http_idempotency_mysql_conns_t  *conns;
@@ -2271,26 +2308,7 @@ ngx_http_idempotency_mysql_discard(ngx_http_idempotency_mysql_conn_t *conn)
         ngx_del_timer(&conn->wait);
     }
 
-    ngx_http_idempotency_mysql_unwrap(conn);
-
-    /* nothing to wait for: the socket is shut down or already closed */
-
-    status = mysql_close_start(conn->mysql);
-
-    for (n = 0; status && n < NGX_HTTP_IDEMPOTENCY_MYSQL_ABORT_STEPS; n++) {
-        status = mysql_close_cont(conn->mysql, status);
-    }
-
-    if (status) {
-        ngx_log_error(NGX_LOG_ALERT, conns->log, 0,
-                      "idempotency store \"%V\" mysql=%V: "
-                      "mysql_close_start() did not end",
-                      &conns->store->name, &conns->shard->name);
-    }
-
-    conn->mysql = NULL;
-
-    ngx_http_idempotency_mysql_stmts_free(conn);
+    ngx_http_idempotency_mysql_close(conn);
 
     if (conn->state == NGX_HTTP_IDEMPOTENCY_MYSQL_CONNECT) {
         conns->nconnect--;
@@ -2414,19 +2432,6 @@ ngx_http_idempotency_mysql_op_size(ngx_http_idempotency_op_t *op)
 }
 
 
-static ngx_uint_t
-ngx_http_idempotency_mysql_members(ngx_http_idempotency_op_t *op)
-{
-    ngx_uint_t  n;
-
-    for (n = 0; op; op = op->batch_next) {
-        n++;
-    }
-
-    return n;
-}
-
-
 /*
  * A statement without a result set ran: each op of a batch gets "1 row"
  * when it changed a row for every op; otherwise which ones it changed is
@@ -2486,6 +2491,14 @@ ngx_http_idempotency_mysql_unbatch(ngx_http_idempotency_mysql_conn_t *conn,
         op->conn = NULL;
         op->single = single;
 
+        if (conns->store->query_timeout && !op->timer.timer_set) {
+            /* its deadline passed while it waited for the batch */
+            ngx_http_idempotency_mysql_timed_out(op, 0);
+            ngx_http_idempotency_mysql_op_finish(op,
+                                           NGX_HTTP_IDEMPOTENCY_OP_TIMEOUT);
+            continue;
+        }
+
         ngx_queue_insert_after(q, &op->queue);
         q = &op->queue;
         conns->nwaiting++;
@@ -2497,6 +2510,24 @@ ngx_http_idempotency_mysql_unbatch(ngx_http_idempotency_mysql_conn_t *conn,
     conn->reused = 1;
 
     return NGX_OK;
+}
+
+
+/* the batch goes back to the queue, and its connection is closed */
+
+static ngx_int_t
+ngx_http_idempotency_mysql_requeue(ngx_http_idempotency_mysql_conn_t *conn,
+    ngx_uint_t single)
+{
+    ngx_http_idempotency_mysql_conns_t  *conns;
+
+    conns = conn->conns;
+
+    (void) ngx_http_idempotency_mysql_unbatch(conn, single);
+    ngx_http_idempotency_mysql_discard(conn);
+    ngx_http_idempotency_mysql_kick(conns);
+
+    return NGX_DONE;
 }
 
 
@@ -2521,14 +2552,10 @@ ngx_http_idempotency_mysql_batch_failed(
                   "idempotency store \"%V\" mysql=%V: %s of %ui "
                   "failed: (%ui) %s, running each alone",
                   &conns->store->name, &conns->shard->name,
-                  op->name, ngx_http_idempotency_mysql_members(op),
-                  err, text);
+                  op->name, conn->nbatch, err, text);
 
     if (err >= CR_MIN_ERROR && err <= CR_MAX_ERROR) {
-        (void) ngx_http_idempotency_mysql_unbatch(conn, 1);
-        ngx_http_idempotency_mysql_discard(conn);
-        ngx_http_idempotency_mysql_kick(conns);
-        return NGX_DONE;
+        return ngx_http_idempotency_mysql_requeue(conn, 1);
     }
 
     /* the server refused the statement, or rolled it back: the ops have
@@ -2538,10 +2565,7 @@ ngx_http_idempotency_mysql_batch_failed(
 
     if (err == ER_MAX_PREPARED_STMT_COUNT_REACHED) {
         /* a new connection has none of this one's statements */
-        (void) ngx_http_idempotency_mysql_unbatch(conn, 1);
-        ngx_http_idempotency_mysql_discard(conn);
-        ngx_http_idempotency_mysql_kick(conns);
-        return NGX_DONE;
+        return ngx_http_idempotency_mysql_requeue(conn, 1);
     }
 
     return ngx_http_idempotency_mysql_unbatch(conn, 1);
@@ -2758,11 +2782,7 @@ ngx_http_idempotency_mysql_op_timeout(ngx_event_t *ev)
         return;
     }
 
-    ngx_log_error(NGX_LOG_WARN, op->log, 0,
-                  "idempotency store \"%V\" mysql=%V: %s timed out (%M ms)%s",
-                  &conns->store->name, &conns->shard->name, op->name,
-                  conns->store->query_timeout,
-                  conn ? "" : " waiting for a connection");
+    ngx_http_idempotency_mysql_timed_out(op, conn == NULL);
 
     ngx_http_idempotency_mysql_finish_all(op, NGX_HTTP_IDEMPOTENCY_OP_TIMEOUT);
 
@@ -2783,6 +2803,22 @@ ngx_http_idempotency_mysql_op_timeout(ngx_event_t *ev)
 
     ngx_http_idempotency_mysql_discard(conn);
     ngx_http_idempotency_mysql_kick(conns);
+}
+
+
+static void
+ngx_http_idempotency_mysql_timed_out(ngx_http_idempotency_op_t *op,
+    ngx_uint_t waiting)
+{
+    ngx_http_idempotency_mysql_conns_t  *conns;
+
+    conns = op->shard->conns;
+
+    ngx_log_error(NGX_LOG_WARN, op->log, 0,
+                  "idempotency store \"%V\" mysql=%V: %s timed out (%M ms)%s",
+                  &conns->store->name, &conns->shard->name, op->name,
+                  conns->store->query_timeout,
+                  waiting ? " waiting for a connection" : "");
 }
 
 

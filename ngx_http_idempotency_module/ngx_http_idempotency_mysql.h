@@ -122,11 +122,12 @@ struct ngx_http_idempotency_op_s {
      * not let a live owner's lease end */
     unsigned                              urgent:1;
 
-    /* private to mysql.c */
+    /* private to mysql.c, but for thread (the server's, KILLed by
+     * owner.c) */
     ngx_queue_t                           queue;
     ngx_event_t                           timer;
     void                                 *conn;
-    ngx_uint_t                            thread;      /* its server id */
+    ngx_uint_t                            thread;
     ngx_http_idempotency_op_t            *batch_next;  /* the others */
     unsigned                              single:1;    /* not again */
     unsigned                              sent:1;      /* it ran */
