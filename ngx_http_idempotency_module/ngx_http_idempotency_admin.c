@@ -205,10 +205,6 @@ static void ngx_http_idempotency_admin_failed(
     ngx_uint_t what, ngx_log_t *log, ngx_str_t *addr);
 static ngx_int_t ngx_http_idempotency_admin_render(ngx_pool_t *pool,
     ngx_http_idempotency_op_t *op, ngx_str_t *fields, ngx_str_t *out);
-static ngx_int_t ngx_http_idempotency_admin_json(ngx_http_request_t *r,
-    ngx_buf_t *b);
-static ngx_int_t ngx_http_idempotency_admin_header(ngx_http_request_t *r,
-    const char *key, const char *value);
 static void ngx_http_idempotency_admin_finalize(
     ngx_http_idempotency_admin_t *ad, ngx_int_t rc);
 static void ngx_http_idempotency_admin_cleanup(void *data);
@@ -313,20 +309,20 @@ ngx_http_idempotency_admin_handler(ngx_http_request_t *r)
     ngx_http_idempotency_admin_t     *ad;
     ngx_http_idempotency_loc_conf_t  *ilcf;
 
+    static ngx_str_t  allow = ngx_string("Allow");
+    static ngx_str_t  methods = ngx_string("GET, HEAD, POST");
+
     ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idempotency_module);
 
     if (ilcf->admin == NULL) {
-        /* an "if" block of the location has a configuration of its own */
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "idempotency_admin: no store here (the directive "
-                      "does not reach into \"if\" blocks)");
+        /* cannot happen: "if" blocks inherit the store (merge_loc_conf) */
+        ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                      "idempotency_admin: no store");
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD|NGX_HTTP_POST))) {
-        if (ngx_http_idempotency_admin_header(r, "Allow", "GET, HEAD, POST")
-            != NGX_OK)
-        {
+        if (ngx_http_idempotency_add_header(r, &allow, &methods) != NGX_OK) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
@@ -1085,7 +1081,7 @@ ngx_http_idempotency_admin_read(ngx_http_idempotency_op_t *op)
         b->last = ngx_cpymem(b->last, ad->row.data, ad->row.len);
         *b->last++ = '\n';
 
-        rc = ngx_http_idempotency_admin_json(r, b);
+        rc = ngx_http_idempotency_send_json(r, b);
     }
 
     ngx_http_idempotency_admin_finalize(ad, rc);
@@ -1233,7 +1229,7 @@ ngx_http_idempotency_admin_list(ngx_http_idempotency_admin_t *ad)
     b->last = ngx_sprintf(b->last, "],\"limit\":%ui,\"truncated\":%s}\n",
                           ad->limit, total > ad->limit ? "true" : "false");
 
-    return ngx_http_idempotency_admin_json(r, b);
+    return ngx_http_idempotency_send_json(r, b);
 }
 
 
@@ -1282,7 +1278,7 @@ ngx_http_idempotency_admin_changed(ngx_http_idempotency_op_t *op)
          * Whatever became of the row: an entry of a key whose row is gone
          * or changed is stale, and dropping an entry is always safe (MySQL
          * answers).  So the same call on another nginx, which finds the
-         * row gone (404), drops that nginx's copy too.
+         * row changed (409) or gone (404), drops that nginx's copy too.
          */
 
         redis = ngx_http_idempotency_tier_forget(ch->store, ch->key_hash);
@@ -1339,7 +1335,7 @@ ngx_http_idempotency_admin_changed(ngx_http_idempotency_op_t *op)
                            : redis == NGX_OK ? ",\"redis\":\"sent\""
                            : ",\"redis\":\"not_sent\"");
 
-    rc = ngx_http_idempotency_admin_json(r, b);
+    rc = ngx_http_idempotency_send_json(r, b);
 
     ngx_http_idempotency_admin_finalize(ad, rc);
 }
@@ -1601,54 +1597,6 @@ ngx_http_idempotency_admin_render(ngx_pool_t *pool,
     p = ngx_cpymem(p, "\"}", 2);
 
     out->len = p - out->data;
-
-    return NGX_OK;
-}
-
-
-/* b, the whole body: 200 application/json, never kept by a cache */
-
-static ngx_int_t
-ngx_http_idempotency_admin_json(ngx_http_request_t *r, ngx_buf_t *b)
-{
-    if (ngx_http_idempotency_admin_header(r, "Cache-Control", "no-store")
-        != NGX_OK)
-    {
-        return NGX_ERROR;
-    }
-
-    r->headers_out.status = NGX_HTTP_OK;
-    r->headers_out.content_length_n = b->last - b->pos;
-    ngx_str_set(&r->headers_out.content_type, "application/json");
-    r->headers_out.content_type_len = r->headers_out.content_type.len;
-    r->headers_out.content_type_lowcase = NULL;
-
-    b->last_buf = (r == r->main) ? 1 : 0;
-    b->last_in_chain = 1;
-
-    return ngx_http_idempotency_send(r, b);
-}
-
-
-/* a header of the module's own, key and value static strings */
-
-static ngx_int_t
-ngx_http_idempotency_admin_header(ngx_http_request_t *r, const char *key,
-    const char *value)
-{
-    ngx_table_elt_t  *h;
-
-    h = ngx_list_push(&r->headers_out.headers);
-    if (h == NULL) {
-        return NGX_ERROR;
-    }
-
-    h->hash = 1;
-    h->key.data = (u_char *) key;
-    h->key.len = ngx_strlen(key);
-    h->value.data = (u_char *) value;
-    h->value.len = ngx_strlen(value);
-    h->lowcase_key = NULL;
 
     return NGX_OK;
 }

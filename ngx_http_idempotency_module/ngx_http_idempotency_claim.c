@@ -263,7 +263,6 @@ ngx_http_idempotency_claim_done(ngx_http_idempotency_op_t *op)
                 return;
             }
 
-            op->nrows = 0;
             ngx_http_idempotency_claim_failed(r, ctx, op);
         }
 
@@ -395,7 +394,6 @@ ngx_http_idempotency_claim_seen(ngx_http_idempotency_ctx_t *ctx,
  * failure: with "idempotency_on_store_error pass" that would forward the
  * request unprotected and could execute it twice.
  */
-
 
 static ngx_int_t
 ngx_http_idempotency_claim_lost(ngx_http_request_t *r,
@@ -546,9 +544,7 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
     }
 
     if (!same) {
-        ctx->problem = NGX_HTTP_IDEMPOTENCY_P_MISMATCH;
-        ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
-                                     NGX_HTTP_IDEMPOTENCY_MISMATCH);
+        ngx_http_idempotency_refuse(r, ctx, NGX_HTTP_IDEMPOTENCY_P_MISMATCH);
         return NGX_OK;
     }
 
@@ -558,9 +554,7 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
     }
 
     if (state == NGX_HTTP_IDEMPOTENCY_ROW_UNSTORED) {
-        ctx->problem = NGX_HTTP_IDEMPOTENCY_P_UNSTORED;
-        ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
-                                     NGX_HTTP_IDEMPOTENCY_UNSTORED);
+        ngx_http_idempotency_refuse(r, ctx, NGX_HTTP_IDEMPOTENCY_P_UNSTORED);
         return NGX_OK;
     }
 
@@ -569,9 +563,7 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
         /* sent upstream, no complete response came back: it may have
          * run, so it never runs again, and nothing is replayed */
 
-        ctx->problem = NGX_HTTP_IDEMPOTENCY_P_UNKNOWN;
-        ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
-                                     NGX_HTTP_IDEMPOTENCY_UNKNOWN);
+        ngx_http_idempotency_refuse(r, ctx, NGX_HTTP_IDEMPOTENCY_P_UNKNOWN);
         return NGX_OK;
     }
 
@@ -591,9 +583,7 @@ ngx_http_idempotency_row_replay(ngx_http_request_t *r,
     ngx_int_t ttl_s)
 {
     ngx_str_t                        *f;
-    ngx_buf_t                        *b;
     const char                       *why;
-    ngx_chain_t                      *cl;
     ngx_http_idempotency_loc_conf_t  *ilcf;
     ngx_http_idempotency_counters_t  *counters;
 
@@ -619,10 +609,7 @@ ngx_http_idempotency_row_replay(ngx_http_request_t *r,
                       "is malformed (%uz bytes: %s), not replayed",
                       &ilcf->store->name, &ctx->key_id, f->len, why);
 
-        ctx->problem = NGX_HTTP_IDEMPOTENCY_P_STORE;
-        ctx->retry_after = 1;
-        ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
-                                     NGX_HTTP_IDEMPOTENCY_ERROR);
+        ngx_http_idempotency_refuse(r, ctx, NGX_HTTP_IDEMPOTENCY_P_STORE);
         return;
     }
 
@@ -631,21 +618,12 @@ ngx_http_idempotency_row_replay(ngx_http_request_t *r,
      * is known only if this request compared it (and it matched)
      */
 
-    cl = (ttl_s > 0) ? ngx_alloc_chain_link(ctx->replay_pool) : NULL;
-    b = cl ? ngx_calloc_buf(ctx->replay_pool) : NULL;
-
-    if (b) {
-        b->pos = f->data;
-        b->last = f->data + f->len;
-        b->memory = 1;
-        cl->buf = b;
-        cl->next = NULL;
-
+    if (ttl_s > 0) {
         ngx_http_idempotency_tier_put(ilcf->store, ctx->key_hash,
                                       ilcf->fingerprint
                                       ? NGX_HTTP_IDEMPOTENCY_ENTRY_FP : 0,
                                       ctx->fingerprint,
-                                      ngx_time() + ttl_s, cl, f->len);
+                                      ngx_time() + ttl_s, f->data, f->len);
     }
 
     counters = ngx_http_idempotency_counters(ilcf->store);
@@ -675,10 +653,7 @@ ngx_http_idempotency_hold_or_conflict(ngx_http_request_t *r,
         return NGX_AGAIN;
     }
 
-    ctx->problem = NGX_HTTP_IDEMPOTENCY_P_CONFLICT;
-    ctx->retry_after = 1;
-    ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
-                                 NGX_HTTP_IDEMPOTENCY_CONFLICT);
+    ngx_http_idempotency_refuse(r, ctx, NGX_HTTP_IDEMPOTENCY_P_CONFLICT);
     return NGX_OK;
 }
 
@@ -696,9 +671,7 @@ ngx_http_idempotency_not_issued(ngx_http_request_t *r,
                   "idempotency: \"%V\" header: the key has expired",
                   &ctx->conf->header);
 
-    ctx->problem = NGX_HTTP_IDEMPOTENCY_P_NOT_ISSUED;
-    ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
-                                 NGX_HTTP_IDEMPOTENCY_INVALID);
+    ngx_http_idempotency_refuse(r, ctx, NGX_HTTP_IDEMPOTENCY_P_NOT_ISSUED);
 }
 
 
@@ -716,9 +689,7 @@ ngx_http_idempotency_entry_verdict(ngx_http_request_t *r,
                       NGX_HTTP_IDEMPOTENCY_HASH_LEN)
            != 0)
     {
-        ctx->problem = NGX_HTTP_IDEMPOTENCY_P_MISMATCH;
-        ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
-                                     NGX_HTTP_IDEMPOTENCY_MISMATCH);
+        ngx_http_idempotency_refuse(r, ctx, NGX_HTTP_IDEMPOTENCY_P_MISMATCH);
         return;
     }
 
@@ -739,13 +710,18 @@ ngx_http_idempotency_claim_failed(ngx_http_request_t *r,
 
     ilcf = ctx->conf;
 
-    /* a write whose outcome is unknown may have made the key the
-     * request's: it is given back as soon as a connection can */
+    /*
+     * A write whose outcome is unknown may have made the key the
+     * request's: it is given back as soon as a connection can, and the
+     * token goes with it, so that a later poll of this request never
+     * takes the row being given back for its own.
+     */
 
     if (op->stmt != NGX_HTTP_IDEMPOTENCY_STMT_READ && ctx->has_token
         && ngx_http_idempotency_op_unsure(op))
     {
         ngx_http_idempotency_release_unsure(ctx, op);
+        ctx->has_token = 0;
     }
 
     switch (op->rc) {
@@ -808,10 +784,7 @@ ngx_http_idempotency_claim_failed(ngx_http_request_t *r,
         return;
     }
 
-    ctx->problem = NGX_HTTP_IDEMPOTENCY_P_STORE;
-    ctx->retry_after = 1;
-    ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
-                                 NGX_HTTP_IDEMPOTENCY_ERROR);
+    ngx_http_idempotency_refuse(r, ctx, NGX_HTTP_IDEMPOTENCY_P_STORE);
 }
 
 

@@ -572,31 +572,11 @@ ngx_http_idempotency_job_repeats(ngx_http_idempotency_op_t *op)
 static void
 ngx_http_idempotency_job_tiers(ngx_http_idempotency_job_t *job)
 {
-    ngx_buf_t    hb, lb;
-    ngx_chain_t  hcl, lcl;
-    u_char       blen[4];
-
     if (job->head.len) {
-        ngx_memzero(&hb, sizeof(ngx_buf_t));
-        hb.pos = job->head.data;
-        hb.last = job->head.data + job->head.len;
-
-        ngx_http_idempotency_record_body_len(blen, job->body_len);
-
-        ngx_memzero(&lb, sizeof(ngx_buf_t));
-        lb.pos = blen;
-        lb.last = blen + sizeof(blen);
-
-        hcl.buf = &hb;
-        hcl.next = &lcl;
-        lcl.buf = &lb;
-        lcl.next = job->body;
-
         ngx_http_idempotency_tier_put(job->store, job->key_hash,
                                       NGX_HTTP_IDEMPOTENCY_ENTRY_FP,
-                                      job->fingerprint, job->expires, &hcl,
-                                      job->head.len + sizeof(blen)
-                                      + job->body_len);
+                                      job->fingerprint, job->expires,
+                                      job->record.data, job->record.len);
     }
 }
 

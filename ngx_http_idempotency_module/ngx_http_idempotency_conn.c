@@ -61,7 +61,8 @@ ngx_http_idempotency_conn_wrap(ngx_socket_t fd, void *data,
  * partition cut (no RST, no FIN) is found dead in about 16 s and closed,
  * rather than kept until an operation waits on it for its whole
  * timeout.  Operations have their own deadlines; this is for the idle.
- * A unix socket has none of it, and says so.
+ * A unix socket takes SO_KEEPALIVE and ignores it; the TCP tunables
+ * fail there, and stop at the first failure.
  */
 
 static void
@@ -89,8 +90,13 @@ ngx_http_idempotency_conn_keepalive(ngx_socket_t fd, ngx_log_t *log)
     intvl = NGX_HTTP_IDEMPOTENCY_KEEPINTVL;
     cnt = NGX_HTTP_IDEMPOTENCY_KEEPCNT;
 
-    (void) setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, (const void *) &idle,
-                      sizeof(int));
+    if (setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, (const void *) &idle,
+                   sizeof(int))
+        == -1)
+    {
+        return;
+    }
+
     (void) setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, (const void *) &intvl,
                       sizeof(int));
     (void) setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, (const void *) &cnt,

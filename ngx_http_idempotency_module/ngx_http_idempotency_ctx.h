@@ -71,7 +71,6 @@ struct ngx_http_idempotency_ctx_s {
     ngx_uint_t                         state;
     ngx_uint_t                         outcome;
     ngx_uint_t                         problem;
-    time_t                             retry_after;
 
     ngx_http_idempotency_op_t         *op;         /* claim in flight */
     ngx_msec_t                         claimed;    /* claim sent at */
@@ -157,6 +156,13 @@ ngx_http_idempotency_ctx_t *ngx_http_idempotency_get_ctx(
 void ngx_http_idempotency_resolve(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_uint_t outcome,
     ngx_uint_t status);
+
+/*
+ * The request is answered with a problem of the module's own (a
+ * ngx_http_idempotency_problem_e); $idempotency_status follows from it.
+ */
+void ngx_http_idempotency_refuse(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, ngx_uint_t problem);
 
 /* runs the phases again, from a posted event */
 void ngx_http_idempotency_resume(ngx_http_request_t *r);

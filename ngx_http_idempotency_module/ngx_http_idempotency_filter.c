@@ -62,8 +62,6 @@ static ngx_int_t ngx_http_idempotency_capture_start(ngx_http_request_t *r,
 static ngx_uint_t ngx_http_idempotency_header_only(ngx_http_request_t *r);
 static void ngx_http_idempotency_replaced(ngx_http_idempotency_ctx_t *ctx,
     ngx_uint_t status);
-static ngx_int_t ngx_http_idempotency_unsure(ngx_http_idempotency_ctx_t *ctx,
-    const char *why);
 static void ngx_http_idempotency_downstream_handler(ngx_http_request_t *r);
 static void ngx_http_idempotency_guard_handler(ngx_event_t *ev);
 static ngx_int_t ngx_http_idempotency_capture_chain(
@@ -89,6 +87,8 @@ static void ngx_http_idempotency_renew_buffer(ngx_http_request_t *r);
 static void ngx_http_idempotency_stall_watch(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_int_t rc);
 static void ngx_http_idempotency_stall_handler(ngx_event_t *ev);
+static void ngx_http_idempotency_capture_drop(
+    ngx_http_idempotency_ctx_t *ctx);
 static ngx_int_t ngx_http_idempotency_charge(ngx_http_idempotency_ctx_t *ctx,
     size_t n);
 static void ngx_http_idempotency_uncharge(void *data);
@@ -144,8 +144,8 @@ ngx_http_idempotency_header_filter(ngx_http_request_t *r)
          * header): the first client gets it, a retry learns the outcome
          * is unknown once it is recorded */
 
-        if (ngx_http_idempotency_unsure(ctx, "no complete response came "
-                                        "back from the upstream")
+        if (ngx_http_idempotency_filter_unsure(ctx, "no complete response "
+                                               "came back from the upstream")
             == NGX_OK
             && !r->connection->error)
         {
@@ -337,18 +337,8 @@ ngx_http_idempotency_replaced(ngx_http_idempotency_ctx_t *ctx,
  * "idempotency_on_unknown_outcome release", given back.
  */
 
-void
+ngx_int_t
 ngx_http_idempotency_filter_unsure(ngx_http_idempotency_ctx_t *ctx,
-    const char *why)
-{
-    (void) ngx_http_idempotency_unsure(ctx, why);
-}
-
-
-/* NGX_OK: a write records the outcome as unknown */
-
-static ngx_int_t
-ngx_http_idempotency_unsure(ngx_http_idempotency_ctx_t *ctx,
     const char *why)
 {
     ngx_http_request_t  *r;
@@ -605,9 +595,7 @@ ngx_http_idempotency_capture_chain(ngx_http_idempotency_ctx_t *ctx,
                 && ngx_http_idempotency_capture(ctx, b->pos, size) != NGX_OK)
             {
                 /* it ran: recorded as executed, not stored */
-                ctx->too_large = 1;
-                ctx->body = NULL;
-                ctx->tail = NULL;
+                ngx_http_idempotency_capture_drop(ctx);
             }
         }
 
@@ -617,6 +605,17 @@ ngx_http_idempotency_capture_chain(ngx_http_idempotency_ctx_t *ctx,
     }
 
     return last;
+}
+
+
+/* the response is streamed on, and recorded as executed, not stored */
+
+static void
+ngx_http_idempotency_capture_drop(ngx_http_idempotency_ctx_t *ctx)
+{
+    ctx->too_large = 1;
+    ctx->body = NULL;
+    ctx->tail = NULL;
 }
 
 
@@ -684,9 +683,7 @@ ngx_http_idempotency_capture(ngx_http_idempotency_ctx_t *ctx, u_char *data,
                       "idempotency_max_response_size, not stored",
                       &ctx->key_id);
 
-        ctx->too_large = 1;
-        ctx->body = NULL;
-        ctx->tail = NULL;
+        ngx_http_idempotency_capture_drop(ctx);
         return NGX_OK;
     }
 
@@ -698,12 +695,21 @@ ngx_http_idempotency_capture(ngx_http_idempotency_ctx_t *ctx, u_char *data,
         if (cl == NULL || cl->buf->end == cl->buf->last) {
             n = ngx_max(size, 16384);
             n = ngx_min(n, ctx->conf->max_response_size + 1);
+
+            /* no more than the rest of a known length: a small response
+             * stays a small allocation of the capture pool */
+
+            if (ctx->expect_len >= 0
+                && ctx->expect_len > (off_t) (ctx->body_len - size))
+            {
+                n = ngx_min(n, (size_t) (ctx->expect_len
+                                         - (off_t) (ctx->body_len - size)));
+            }
+
             n = ngx_max(n, size);
 
             if (ngx_http_idempotency_charge(ctx, n) != NGX_OK) {
-                ctx->too_large = 1;
-                ctx->body = NULL;
-                ctx->tail = NULL;
+                ngx_http_idempotency_capture_drop(ctx);
                 return NGX_OK;
             }
 
@@ -772,7 +778,8 @@ ngx_http_idempotency_captured(ngx_http_idempotency_ctx_t *ctx,
                       "(%uz of %O bytes)",
                       &ctx->key_id, ctx->body_len, ctx->expect_len);
 
-        if (ngx_http_idempotency_unsure(ctx, "its response was truncated")
+        if (ngx_http_idempotency_filter_unsure(ctx,
+                                               "its response was truncated")
             != NGX_OK)
         {
             return;
@@ -1005,8 +1012,8 @@ ngx_http_idempotency_guard_handler(ngx_event_t *ev)
     r->write_event_handler = ngx_http_request_empty_handler;
 
     ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                   "idempotency: upstream of key \"%V\" ignores client "
-                   "aborts", &ctx->key);
+                   "idempotency: upstream of key %V ignores client "
+                   "aborts", &ctx->key_id);
 }
 
 

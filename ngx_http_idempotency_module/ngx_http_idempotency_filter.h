@@ -30,9 +30,9 @@ void ngx_http_idempotency_filter_cleanup(ngx_http_idempotency_ctx_t *ctx);
 /*
  * The request ends without a complete response after it was sent
  * upstream: the key is recorded as of unknown outcome (or released, as
- * idempotency_on_unknown_outcome says).
+ * idempotency_on_unknown_outcome says): NGX_OK when a write records it.
  */
-void ngx_http_idempotency_filter_unsure(ngx_http_idempotency_ctx_t *ctx,
+ngx_int_t ngx_http_idempotency_filter_unsure(ngx_http_idempotency_ctx_t *ctx,
     const char *why);
 
 

@@ -178,9 +178,7 @@ ngx_http_idempotency_request_key(ngx_http_request_t *r,
                       "idempotency: request without \"%V\" header",
                       &ilcf->header);
 
-        ctx->problem = NGX_HTTP_IDEMPOTENCY_P_MISSING;
-        ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
-                                     NGX_HTTP_IDEMPOTENCY_MISSING);
+        ngx_http_idempotency_refuse(r, ctx, NGX_HTTP_IDEMPOTENCY_P_MISSING);
         return NGX_ABORT;
     }
 
@@ -222,10 +220,8 @@ ngx_http_idempotency_request_key(ngx_http_request_t *r,
                           "idempotency: \"%V\" header: %s", &ilcf->header,
                           reason);
 
-            ctx->problem = NGX_HTTP_IDEMPOTENCY_P_NOT_ISSUED;
-            ngx_http_idempotency_resolve(r, ctx,
-                                         NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
-                                         NGX_HTTP_IDEMPOTENCY_INVALID);
+            ngx_http_idempotency_refuse(r, ctx,
+                                        NGX_HTTP_IDEMPOTENCY_P_NOT_ISSUED);
             return NGX_ABORT;
         }
     }
@@ -235,9 +231,7 @@ ngx_http_idempotency_request_key(ngx_http_request_t *r,
                       "idempotency: invalid \"%V\" header: %s",
                       &ilcf->header, reason);
 
-        ctx->problem = NGX_HTTP_IDEMPOTENCY_P_INVALID;
-        ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
-                                     NGX_HTTP_IDEMPOTENCY_INVALID);
+        ngx_http_idempotency_refuse(r, ctx, NGX_HTTP_IDEMPOTENCY_P_INVALID);
         return NGX_ABORT;
     }
 
@@ -256,10 +250,7 @@ ngx_http_idempotency_request_key(ngx_http_request_t *r,
                           "idempotency: \"idempotency_scope\" is empty "
                           "for this request");
 
-            ctx->problem = NGX_HTTP_IDEMPOTENCY_P_SCOPE;
-            ngx_http_idempotency_resolve(r, ctx,
-                                         NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
-                                         NGX_HTTP_IDEMPOTENCY_NOSCOPE);
+            ngx_http_idempotency_refuse(r, ctx, NGX_HTTP_IDEMPOTENCY_P_SCOPE);
             return NGX_ABORT;
         }
     }
@@ -363,8 +354,11 @@ ngx_http_idempotency_respond(ngx_http_request_t *r,
         break;
 
     case NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM:
+        /* a busy key or store: worth a retry a second later */
         rc = ngx_http_idempotency_problem(r, ctx->problem,
-                                          ctx->retry_after);
+                 (ctx->problem == NGX_HTTP_IDEMPOTENCY_P_STORE
+                  || ctx->problem == NGX_HTTP_IDEMPOTENCY_P_CONFLICT)
+                 ? 1 : 0);
         break;
 
     default:
@@ -384,8 +378,10 @@ static ngx_int_t
 ngx_http_idempotency_replay(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx)
 {
-    ngx_buf_t        *b;
-    ngx_table_elt_t  *h;
+    ngx_buf_t  *b;
+
+    static ngx_str_t  replayed = ngx_string("Idempotent-Replayed");
+    static ngx_str_t  yes = ngx_string("true");
 
     if (ngx_http_discard_request_body(r) != NGX_OK) {
         r->keepalive = 0;
@@ -395,15 +391,9 @@ ngx_http_idempotency_replay(ngx_http_request_t *r,
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    h = ngx_list_push(&r->headers_out.headers);
-    if (h == NULL) {
+    if (ngx_http_idempotency_add_header(r, &replayed, &yes) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
-
-    h->hash = 1;
-    ngx_str_set(&h->key, "Idempotent-Replayed");
-    ngx_str_set(&h->value, "true");
-    h->lowcase_key = NULL;
 
     if (ctx->record.body.len == 0) {
         return ngx_http_idempotency_send(r, NULL);
@@ -544,11 +534,9 @@ ngx_http_idempotency_teardown(ngx_http_idempotency_ctx_t *ctx)
             || ngx_http_idempotency_outcome_sent(ctx->request)
                == NGX_HTTP_IDEMPOTENCY_UNSURE)
         {
-            ngx_http_idempotency_filter_unsure(ctx,
-                                     ctx->capturing
-                                     ? "its response did not reach its end"
-                                     : "no response came back from the "
-                                       "upstream");
+            (void) ngx_http_idempotency_filter_unsure(ctx, ctx->capturing
+                                ? "its response did not reach its end"
+                                : "no response came back from the upstream");
         }
     }
 

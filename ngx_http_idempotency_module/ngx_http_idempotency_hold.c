@@ -193,8 +193,8 @@ ngx_http_idempotency_hold_wake(ngx_http_idempotency_store_t *store,
         }
 
         ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
-                       "idempotency: held duplicate of key \"%V\" woken",
-                       &ctx->key);
+                       "idempotency: held duplicate of key %V woken",
+                       &ctx->key_id);
 
         ctx->woken = 1;
 

@@ -90,7 +90,7 @@ ngx_http_idempotency_issue_handler(ngx_http_request_t *r)
     ngx_tm_t                          tm;
     ngx_int_t                         rc;
     ngx_buf_t                        *b;
-    ngx_table_elt_t                  *h;
+    ngx_str_t                         value;
     ngx_http_idempotency_loc_conf_t  *ilcf;
     u_char                    key[NGX_HTTP_IDEMPOTENCY_ISSUED_LEN];
 
@@ -131,40 +131,20 @@ ngx_http_idempotency_issue_handler(ngx_http_request_t *r)
                           "\n", sizeof(key), key, &ilcf->header,
                           tm.ngx_tm_year, tm.ngx_tm_mon, tm.ngx_tm_mday,
                           tm.ngx_tm_hour, tm.ngx_tm_min, tm.ngx_tm_sec);
-    b->last_buf = (r == r->main) ? 1 : 0;
-    b->last_in_chain = 1;
+    value.len = sizeof(key);
+    value.data = ngx_pnalloc(r->pool, sizeof(key));
 
-    h = ngx_list_push(&r->headers_out.headers);
-    if (h == NULL) {
+    if (value.data == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    h->hash = 1;
-    h->key = ilcf->header;
-    h->value.len = sizeof(key);
-    h->value.data = ngx_pnalloc(r->pool, sizeof(key));
+    ngx_memcpy(value.data, key, sizeof(key));
 
-    if (h->value.data == NULL) {
+    if (ngx_http_idempotency_add_header(r, &ilcf->header, &value) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    ngx_memcpy(h->value.data, key, sizeof(key));
-
-    h = ngx_list_push(&r->headers_out.headers);
-    if (h == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    h->hash = 1;
-    ngx_str_set(&h->key, "Cache-Control");
-    ngx_str_set(&h->value, "no-store");
-
-    r->headers_out.status = NGX_HTTP_OK;
-    r->headers_out.content_length_n = b->last - b->pos;
-    ngx_str_set(&r->headers_out.content_type, "application/json");
-    r->headers_out.content_type_len = r->headers_out.content_type.len;
-
-    return ngx_http_idempotency_send(r, b);
+    return ngx_http_idempotency_send_json(r, b);
 }
 
 

@@ -68,6 +68,7 @@ ngx_http_idempotency_metrics_init(ngx_conf_t *cf)
     return NGX_OK;
 }
 
+
 /*
  * Each store finds its block of the last configuration by its name (and
  * number of servers), so that a reload keeps its counters.
@@ -114,6 +115,7 @@ ngx_http_idempotency_metrics_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 
     return NGX_OK;
 }
+
 
 static ngx_http_idempotency_metrics_t *
 ngx_http_idempotency_metrics_block(ngx_slab_pool_t *shpool,
@@ -166,12 +168,14 @@ ngx_http_idempotency_metrics_block(ngx_slab_pool_t *shpool,
     return m;
 }
 
+
 ngx_uint_t
 ngx_http_idempotency_metrics_slot(void)
 {
     return ngx_worker < NGX_HTTP_IDEMPOTENCY_MAX_WORKERS
            ? ngx_worker : NGX_HTTP_IDEMPOTENCY_MAX_WORKERS - 1;
 }
+
 
 void
 ngx_http_idempotency_metrics_request(ngx_http_idempotency_store_t *store,
@@ -191,6 +195,7 @@ ngx_http_idempotency_metrics_request(ngx_http_idempotency_store_t *store,
         (void) ngx_atomic_fetch_add(&m->replays[tier], 1);
     }
 }
+
 
 void
 ngx_http_idempotency_metrics_op(ngx_http_idempotency_store_t *store,

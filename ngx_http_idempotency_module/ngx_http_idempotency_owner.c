@@ -32,7 +32,7 @@
  * held.  It lives in memory of its own: the request may be gone.
  */
 
-#define NGX_HTTP_IDEMPOTENCY_GIVEBACK_DELETE  0
+#define NGX_HTTP_IDEMPOTENCY_GIVEBACK_RELEASE  0
 #define NGX_HTTP_IDEMPOTENCY_GIVEBACK_KILL    1
 #define NGX_HTTP_IDEMPOTENCY_GIVEBACK_CHECK   2
 
@@ -79,7 +79,7 @@ ngx_http_idempotency_release(ngx_http_idempotency_ctx_t *ctx,
     }
 
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
-                   "idempotency: releasing key \"%V\": %s", &ctx->key, why);
+                   "idempotency: releasing key %V: %s", &ctx->key_id, why);
 
     ngx_http_idempotency_handed_over(ctx);
 
@@ -144,7 +144,10 @@ ngx_http_idempotency_giveback(ngx_http_idempotency_ctx_t *ctx)
     g->retry.handler = ngx_http_idempotency_giveback_run;
     g->retry.data = g;
     g->retry.log = ngx_cycle->log;
-    g->retry.cancelable = 1;
+
+    /* not cancelable: a reload that dropped a pending give-back would
+     * leave the key in progress, refused with 409, until its lease ends;
+     * the retries stop at the lease anyway */
 
     return g;
 }
@@ -170,7 +173,7 @@ ngx_http_idempotency_giveback_run(ngx_event_t *ev)
                                               g->thread);
         break;
 
-    default: /* NGX_HTTP_IDEMPOTENCY_GIVEBACK_DELETE */
+    default: /* NGX_HTTP_IDEMPOTENCY_GIVEBACK_RELEASE */
         op = ngx_http_idempotency_sql_release(g->shard, ngx_cycle->log,
                                               g->key_hash, g->token);
         break;
@@ -216,14 +219,14 @@ ngx_http_idempotency_giveback_done(ngx_http_idempotency_op_t *op)
         if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK
             && ngx_http_idempotency_field_int(&op->fields[0]) == 0)
         {
-            g->step = NGX_HTTP_IDEMPOTENCY_GIVEBACK_DELETE;
+            g->step = NGX_HTTP_IDEMPOTENCY_GIVEBACK_RELEASE;
             ngx_http_idempotency_giveback_run(&g->retry);
             return;
         }
 
         if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR) {
             /* no PROCESSLIST to look at: the release goes all the same */
-            g->step = NGX_HTTP_IDEMPOTENCY_GIVEBACK_DELETE;
+            g->step = NGX_HTTP_IDEMPOTENCY_GIVEBACK_RELEASE;
             ngx_http_idempotency_giveback_run(&g->retry);
             return;
         }
@@ -236,7 +239,7 @@ ngx_http_idempotency_giveback_done(ngx_http_idempotency_op_t *op)
 
         break;
 
-    default: /* NGX_HTTP_IDEMPOTENCY_GIVEBACK_DELETE */
+    default: /* NGX_HTTP_IDEMPOTENCY_GIVEBACK_RELEASE */
 
         if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK) {
             ngx_free(g);
@@ -315,7 +318,7 @@ ngx_http_idempotency_orphan_done(ngx_http_idempotency_op_t *op)
      * A READ tells whose the row is.  A write may have made it ours even
      * when it does not say so (a timeout, a lost connection, or 0 rows
      * from a batchable INSERT, which may have shared its statement with a
-     * key that exists): the release deletes the row only if it is ours
+     * key that exists): the release expires the row only if it is ours
      * and in progress, so it is sent unless the write alone said no.
      */
 

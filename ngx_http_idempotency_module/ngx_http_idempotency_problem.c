@@ -144,9 +144,11 @@ ngx_http_idempotency_problem_out(ngx_http_request_t *r,
     ngx_str_t *members, time_t retry_after)
 {
     size_t                           len, escape;
+    ngx_str_t                        value;
     ngx_buf_t                       *b;
-    ngx_table_elt_t                 *h;
     ngx_http_idempotency_problem_t  *p;
+
+    static ngx_str_t  retry_after_key = ngx_string("Retry-After");
 
     p = &ngx_http_idempotency_problems[problem];
 
@@ -201,21 +203,18 @@ ngx_http_idempotency_problem_out(ngx_http_request_t *r,
     r->headers_out.content_type_lowcase = NULL;
 
     if (retry_after > 0) {
-        h = ngx_list_push(&r->headers_out.headers);
-        if (h == NULL) {
+        value.data = ngx_pnalloc(r->pool, NGX_TIME_T_LEN);
+        if (value.data == NULL) {
             return NGX_ERROR;
         }
 
-        h->value.data = ngx_pnalloc(r->pool, NGX_TIME_T_LEN);
-        if (h->value.data == NULL) {
+        value.len = ngx_sprintf(value.data, "%T", retry_after) - value.data;
+
+        if (ngx_http_idempotency_add_header(r, &retry_after_key, &value)
+            != NGX_OK)
+        {
             return NGX_ERROR;
         }
-
-        h->hash = 1;
-        ngx_str_set(&h->key, "Retry-After");
-        h->value.len = ngx_sprintf(h->value.data, "%T", retry_after)
-                       - h->value.data;
-        h->lowcase_key = NULL;
     }
 
     return ngx_http_idempotency_send(r, b);
@@ -242,4 +241,49 @@ ngx_http_idempotency_send(ngx_http_request_t *r, ngx_buf_t *b)
     out.next = NULL;
 
     return ngx_http_output_filter(r, &out);
+}
+
+
+ngx_int_t
+ngx_http_idempotency_send_json(ngx_http_request_t *r, ngx_buf_t *b)
+{
+    static ngx_str_t  cache_control = ngx_string("Cache-Control");
+    static ngx_str_t  no_store = ngx_string("no-store");
+
+    if (ngx_http_idempotency_add_header(r, &cache_control, &no_store)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    r->headers_out.status = NGX_HTTP_OK;
+    r->headers_out.content_length_n = b->last - b->pos;
+    ngx_str_set(&r->headers_out.content_type, "application/json");
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    r->headers_out.content_type_lowcase = NULL;
+
+    b->last_buf = (r == r->main) ? 1 : 0;
+    b->last_in_chain = 1;
+
+    return ngx_http_idempotency_send(r, b);
+}
+
+
+ngx_int_t
+ngx_http_idempotency_add_header(ngx_http_request_t *r, ngx_str_t *key,
+    ngx_str_t *value)
+{
+    ngx_table_elt_t  *h;
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->hash = 1;
+    h->key = *key;
+    h->value = *value;
+    h->lowcase_key = NULL;
+
+    return NGX_OK;
 }

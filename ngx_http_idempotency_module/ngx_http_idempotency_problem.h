@@ -60,5 +60,13 @@ ngx_int_t ngx_http_idempotency_problem_ext(ngx_http_request_t *r,
  */
 ngx_int_t ngx_http_idempotency_send(ngx_http_request_t *r, ngx_buf_t *b);
 
+/* b, a whole JSON body: 200 application/json, never kept by a cache */
+ngx_int_t ngx_http_idempotency_send_json(ngx_http_request_t *r,
+    ngx_buf_t *b);
+
+/* a response header of the module's own; key and value outlive r */
+ngx_int_t ngx_http_idempotency_add_header(ngx_http_request_t *r,
+    ngx_str_t *key, ngx_str_t *value);
+
 
 #endif /* _NGX_HTTP_IDEMPOTENCY_PROBLEM_H_INCLUDED_ */

@@ -191,6 +191,7 @@ ngx_http_idempotency_metrics_init_process(ngx_cycle_t *cycle)
     return NGX_OK;
 }
 
+
 static void
 ngx_http_idempotency_metrics_timer(ngx_event_t *ev)
 {
@@ -202,6 +203,7 @@ ngx_http_idempotency_metrics_timer(ngx_event_t *ev)
 
     ngx_add_timer(ev, NGX_HTTP_IDEMPOTENCY_METRICS_PUBLISH);
 }
+
 
 /* this worker's gauges, into its slots */
 
@@ -255,6 +257,7 @@ ngx_http_idempotency_metrics_publish(ngx_cycle_t *cycle)
     }
 }
 
+
 char *
 ngx_http_idempotency_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
@@ -265,6 +268,7 @@ ngx_http_idempotency_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     return NGX_CONF_OK;
 }
+
 
 static ngx_int_t
 ngx_http_idempotency_metrics_handler(ngx_http_request_t *r)
@@ -324,6 +328,7 @@ ngx_http_idempotency_metrics_handler(ngx_http_request_t *r)
     return ngx_http_output_filter(r, mo.out);
 }
 
+
 static ngx_int_t
 ngx_http_idempotency_metrics_prepare(ngx_http_idempotency_mout_t *mo,
     ngx_http_request_t *r)
@@ -374,6 +379,7 @@ ngx_http_idempotency_metrics_prepare(ngx_http_idempotency_mout_t *mo,
 
     return NGX_OK;
 }
+
 
 static void
 ngx_http_idempotency_metrics_write(ngx_http_idempotency_mout_t *mo)
@@ -443,6 +449,7 @@ ngx_http_idempotency_metrics_write(ngx_http_idempotency_mout_t *mo)
     ngx_http_idempotency_metrics_gauges(mo);
     ngx_http_idempotency_metrics_servers(mo);
 }
+
 
 /* store operations: counts by result, and a latency histogram */
 
@@ -518,6 +525,7 @@ ngx_http_idempotency_metrics_ops(ngx_http_idempotency_mout_t *mo)
     }
 }
 
+
 /* the figures of store i's cache zone; NGX_DECLINED: it has none */
 
 static ngx_int_t
@@ -530,6 +538,7 @@ ngx_http_idempotency_metrics_zone(ngx_http_idempotency_mout_t *mo,
 
     return ngx_http_idempotency_cache_stats(mo->stores[i]->cache, cs);
 }
+
 
 /* the cache zone's gauges */
 
@@ -569,6 +578,7 @@ ngx_http_idempotency_metrics_cache(ngx_http_idempotency_mout_t *mo)
             &mo->labels[i], cs.entries);
     }
 }
+
 
 /* the workers' gauges of each store: published, and not stale */
 
@@ -648,6 +658,7 @@ ngx_http_idempotency_metrics_gauges(ngx_http_idempotency_mout_t *mo)
         }
     }
 }
+
 
 /* each MySQL server: up, its connections and wait queue */
 
@@ -733,6 +744,7 @@ ngx_http_idempotency_metrics_servers(ngx_http_idempotency_mout_t *mo)
     }
 }
 
+
 static void
 ngx_http_idempotency_metrics_family(ngx_http_idempotency_mout_t *mo,
     const char *name, const char *type, const char *help)
@@ -740,6 +752,7 @@ ngx_http_idempotency_metrics_family(ngx_http_idempotency_mout_t *mo,
     ngx_http_idempotency_metrics_printf(mo, "# HELP %s %s\n# TYPE %s %s\n",
                                         name, help, name, type);
 }
+
 
 /* a line into the output chain; each line is well under a buffer */
 
@@ -777,6 +790,7 @@ ngx_http_idempotency_metrics_printf(ngx_http_idempotency_mout_t *mo,
     b->last = ngx_vslprintf(b->last, b->end, fmt, args);
     va_end(args);
 }
+
 
 /* a label value: \, " and newline escaped, as the text format wants */
 

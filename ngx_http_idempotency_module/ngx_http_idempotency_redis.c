@@ -1081,7 +1081,7 @@ ngx_http_idempotency_redis_op_timeout(ngx_event_t *ev)
     u_char                            *p;
     ngx_http_idempotency_redis_t      *client;
     ngx_http_idempotency_redis_op_t   *op;
-    u_char                             text[64];
+    u_char                             text[64], what[32];
 
     op = ev->data;
     client = op->client;
@@ -1094,9 +1094,10 @@ ngx_http_idempotency_redis_op_timeout(ngx_event_t *ev)
         p = ngx_snprintf(text, sizeof(text), "%M ms",
                          client->store->redis_timeout);
 
-        ngx_http_idempotency_redis_drop(client,
-                                        op->lookup ? "lookup timed out"
-                                                   : "store timed out",
+        /* "lookup", "store" or "delete" timed out */
+        (void) ngx_snprintf(what, sizeof(what), "%s timed out%Z", op->name);
+
+        ngx_http_idempotency_redis_drop(client, (const char *) what,
                                         (const char *) text, p - text);
     }
 }

@@ -45,9 +45,10 @@ static ngx_int_t ngx_http_idempotency_result_fetch(MYSQL_STMT *stmt,
     MYSQL_BIND *bind, ngx_http_idempotency_row_t *row, ngx_pool_t *pool);
 static ngx_int_t ngx_http_idempotency_result_rows(
     ngx_http_idempotency_op_t *op, MYSQL_STMT *stmt, MYSQL_BIND *bind,
-    ngx_http_idempotency_row_t *row, ngx_uint_t rows, ngx_pool_t *pool);
+    ngx_http_idempotency_row_t *row, ngx_uint_t rows);
 static ngx_int_t ngx_http_idempotency_result_copy(
-    ngx_http_idempotency_op_t *op, ngx_http_idempotency_row_t *row);
+    ngx_http_idempotency_op_t *op, MYSQL_BIND *bind,
+    ngx_http_idempotency_row_t *row, ngx_uint_t own);
 
 
 ngx_int_t
@@ -182,9 +183,9 @@ ngx_http_idempotency_result_stmt(ngx_http_idempotency_op_t *op,
     }
 
     /*
-     * The rows of a batch are fetched into memory of their own, and each
-     * op copies its row: the first op's pool, which a replay may keep,
-     * does not hold every row of the batch.
+     * The columns of a batch are bound to memory of their own, and each
+     * op copies its row from there: the first op's pool, which a replay
+     * may keep, does not hold every row of the batch.
      */
 
     batch = batch && op->match;
@@ -203,8 +204,7 @@ ngx_http_idempotency_result_stmt(ngx_http_idempotency_op_t *op,
     }
 
     if (batch) {
-        ok = ngx_http_idempotency_result_rows(op, stmt, bind, &row, rows,
-                                              pool);
+        ok = ngx_http_idempotency_result_rows(op, stmt, bind, &row, rows);
         goto done;
     }
 
@@ -332,15 +332,19 @@ ngx_http_idempotency_result_fetch(MYSQL_STMT *stmt, MYSQL_BIND *bind,
 }
 
 
-/* a batch's rows, each to the ops whose param match - 1 is its key */
+/*
+ * A batch's rows, each to the ops whose param match - 1 is its key (in
+ * the bound buffer: a key is short).  A value longer than its buffer is
+ * fetched straight into the pool of the first of them.
+ */
 
 static ngx_int_t
 ngx_http_idempotency_result_rows(ngx_http_idempotency_op_t *op,
     MYSQL_STMT *stmt, MYSQL_BIND *bind, ngx_http_idempotency_row_t *row,
-    ngx_uint_t rows, ngx_pool_t *pool)
+    ngx_uint_t rows)
 {
     int                             rc;
-    ngx_uint_t                      r;
+    ngx_uint_t                      r, own;
     ngx_http_idempotency_op_t      *m;
     ngx_http_idempotency_param_t   *pm;
 
@@ -349,11 +353,12 @@ ngx_http_idempotency_result_rows(ngx_http_idempotency_op_t *op,
 
         if ((rc != 0 && rc != MYSQL_DATA_TRUNCATED)
             || row->nul[0]
-            || ngx_http_idempotency_result_fetch(stmt, bind, row, pool)
-               != NGX_OK)
+            || row->len[0] > bind[0].buffer_length)
         {
             return NGX_ERROR;
         }
+
+        own = 1;
 
         for (m = op; m; m = m->batch_next) {
             pm = &m->params[op->match - 1];
@@ -361,14 +366,22 @@ ngx_http_idempotency_result_rows(ngx_http_idempotency_op_t *op,
             if (m->nparams < op->match
                 || pm->data == NULL
                 || pm->len != row->len[0]
-                || ngx_memcmp(pm->data, row->data[0], row->len[0]) != 0)
+                || ngx_memcmp(pm->data, bind[0].buffer, row->len[0]) != 0)
             {
                 continue;
             }
 
-            if (ngx_http_idempotency_result_copy(m, row) != NGX_OK) {
+            if ((own
+                 && ngx_http_idempotency_result_fetch(stmt, bind, row,
+                                                      m->pool)
+                    != NGX_OK)
+                || ngx_http_idempotency_result_copy(m, bind, row, own)
+                   != NGX_OK)
+            {
                 return NGX_ERROR;
             }
+
+            own = 0;
         }
     }
 
@@ -376,11 +389,14 @@ ngx_http_idempotency_result_rows(ngx_http_idempotency_op_t *op,
 }
 
 
-/* a fetched row into one op of a batch, in its own pool */
+/*
+ * A fetched row into one op of a batch, in its own pool; own: a long
+ * value was fetched into that pool already, and stays where it is.
+ */
 
 static ngx_int_t
 ngx_http_idempotency_result_copy(ngx_http_idempotency_op_t *op,
-    ngx_http_idempotency_row_t *row)
+    MYSQL_BIND *bind, ngx_http_idempotency_row_t *row, ngx_uint_t own)
 {
     u_char      *p;
     ngx_uint_t   i;
@@ -389,6 +405,12 @@ ngx_http_idempotency_result_copy(ngx_http_idempotency_op_t *op,
 
         if (row->nul[i]) {
             ngx_str_null(&op->fields[i]);
+            continue;
+        }
+
+        if (own && row->data[i] != bind[i].buffer) {
+            op->fields[i].data = row->data[i];
+            op->fields[i].len = row->len[i];
             continue;
         }
 

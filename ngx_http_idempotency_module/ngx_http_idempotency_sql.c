@@ -678,6 +678,7 @@ ngx_http_idempotency_sql_purge(ngx_http_idempotency_shard_t *shard,
     if (op == NULL) {
         return NULL;
     }
+
     op->sql.len = ngx_sprintf(op->sql.data,
                               "DELETE FROM `%V` "
                               "WHERE expires_at <= UTC_TIMESTAMP(3) "

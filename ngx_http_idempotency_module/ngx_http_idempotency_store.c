@@ -215,12 +215,12 @@ char *
 ngx_http_idempotency_store_block(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf)
 {
-    u_char                        *p;
-    char                          *rv;
-    ngx_str_t                     *value, name, v;
-    ngx_uint_t                     i;
+    u_char                              *p;
+    char                                *rv;
+    ngx_str_t                           *value, name, v;
+    ngx_uint_t                           i;
+    ngx_http_idempotency_store_t        *store;
     ngx_http_idempotency_store_param_t  *param;
-    ngx_http_idempotency_store_t  *store;
 
     value = cf->args->elts;
 

@@ -367,13 +367,12 @@ ngx_http_idempotency_tier_usable(ngx_http_idempotency_ctx_t *ctx)
 void
 ngx_http_idempotency_tier_put(ngx_http_idempotency_store_t *store,
     u_char *key_hash, ngx_uint_t flags, u_char *fingerprint, time_t expires,
-    ngx_chain_t *record, size_t len)
+    u_char *record, size_t len)
 {
     void                            **secrets;
     u_char                           *data, *p;
     size_t                            size;
     time_t                            ttl;
-    ngx_chain_t                      *cl;
     ngx_http_idempotency_counters_t  *counters;
 
     if (store->cache == NULL && store->redis_name.len == 0) {
@@ -400,19 +399,7 @@ ngx_http_idempotency_tier_put(ngx_http_idempotency_store_t *store,
 
     p = ngx_http_idempotency_entry_head(data, flags, fingerprint, expires,
                                         len);
-
-    for (cl = record; cl; cl = cl->next) {
-        p = ngx_cpymem(p, cl->buf->pos, cl->buf->last - cl->buf->pos);
-    }
-
-    if ((size_t) (p - data) != size) {
-        ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,
-                      "idempotency store \"%V\": entry of %uz bytes "
-                      "expected, %uz made, not cached",
-                      &store->name, size, (size_t) (p - data));
-        ngx_free(data);
-        return;
-    }
+    ngx_memcpy(p, record, len);
 
     if (store->cache) {
         ngx_http_idempotency_cache_put(store->cache, key_hash, expires,

@@ -42,11 +42,11 @@ ngx_int_t ngx_http_idempotency_tier_peek(ngx_http_idempotency_ctx_t *ctx);
 
 /*
  * A completed response, as the row holds it, into every tier: flags and
- * fingerprint as in entry.h, the record as a chain of memory buffers.
+ * fingerprint as in entry.h.
  */
 void ngx_http_idempotency_tier_put(ngx_http_idempotency_store_t *store,
     u_char *key_hash, ngx_uint_t flags, u_char *fingerprint, time_t expires,
-    ngx_chain_t *record, size_t len);
+    u_char *record, size_t len);
 
 /*
  * An operator forgot a completed key: this nginx's cache zone drops its
