@@ -102,7 +102,7 @@ Idempotency-Key: t040-5
 === TEST 6: upstream reset mid-body: the outcome is unknown, a retry does not execute
 --- init
 curl_post('/orders?reset=1', 't040-6');
-select(undef, undef, undef, 0.5);
+wait_state('t040-6', 3);
 --- more_headers
 Idempotency-Key: t040-6
 --- request eval
@@ -119,7 +119,7 @@ Idempotency-Key: t040-6
 IdemTest::orders_location(proxy_buffering => 'off', count => 1)
 --- init
 curl_post('/orders?reset=1', 't040-7');
-select(undef, undef, undef, 0.5);
+wait_state('t040-7', 3);
 --- more_headers
 Idempotency-Key: t040-7
 --- request eval

@@ -35,6 +35,16 @@ sub sql_root_main {
     return sql_root($ENV{TEST_NGINX_MYSQL_SOCKET}, @_);
 }
 
+# until a session other than this one runs a statement LIKE $info
+sub wait_running {
+    my ($what, $info) = @_;
+
+    IdemStress::wait_for($what, 30, sub {
+        sql_root_main("SELECT COUNT(*) FROM information_schema.PROCESSLIST"
+                      . " WHERE INFO LIKE '$info' AND ID <> CONNECTION_ID()")
+            =~ /^[1-9]/ });
+}
+
 no_shuffle();
 run_tests();
 
@@ -120,9 +130,7 @@ is($r->{status}, 201, 'the first client: the status line');
 cmp_ok(length $r->{body}, '<', 1000, '... and a cut body');
 # recorded when the request ends, after its client has the cut response
 # (a retry before that is answered 409)
-IdemStress::wait_for('the outcome recorded', 10, sub {
-    sql("SELECT state FROM idempotency_keys WHERE key_hash = X'"
-        . key_hash_hex('t045-4') . "'") eq "3\n" }, 0.05);
+wait_state('t045-4', 3);
 --- more_headers
 Idempotency-Key: t045-4
 --- request eval
@@ -141,6 +149,7 @@ Idempotency-Key: t045-4
 IdemTest::orders_location(proxy_buffering => 'off', count => 1)
 --- init
 http_req(key => 't045-5', uri => '/orders?reset=1', body => 'x');
+wait_state('t045-5', 3);
 --- more_headers
 Idempotency-Key: t045-5
 --- request eval
@@ -488,10 +497,10 @@ if ($pid == 0) {
     sql("BEGIN; INSERT INTO idempotency_keys (key_hash, state, owner,"
         . " fingerprint, created_at, lease_until, expires_at) VALUES"
         . " (X'$h', 0, X'00', X'00', UTC_TIMESTAMP(3), UTC_TIMESTAMP(3),"
-        . " UTC_TIMESTAMP(3)); DO SLEEP(1.6); ROLLBACK");
+        . " UTC_TIMESTAMP(3)); DO SLEEP(2.5); ROLLBACK");
     POSIX::_exit(0);
 }
-select(undef, undef, undef, 0.3);
+main::wait_running('the row lock', 'DO SLEEP%');
 my $r = http_req(key => 't045-15', body => 'x');
 is("$r->{status} $r->{idem}", '503 error', 'the claim timed out: 503, not run');
 waitpid($pid, 0);
@@ -528,16 +537,16 @@ if ($pid == 0) {
     sql("BEGIN; INSERT INTO idempotency_keys (key_hash, state, owner,"
         . " fingerprint, created_at, lease_until, expires_at) VALUES"
         . " (X'$h', 0, X'00', X'00', UTC_TIMESTAMP(3), UTC_TIMESTAMP(3),"
-        . " UTC_TIMESTAMP(3)); DO SLEEP(1.5); ROLLBACK");
+        . " UTC_TIMESTAMP(3)); DO SLEEP(2.5); ROLLBACK");
     POSIX::_exit(0);
 }
-select(undef, undef, undef, 0.3);
+main::wait_running('the row lock', 'DO SLEEP%');
 my $a = fork // die;
 if ($a == 0) {
     http_req(key => 't045-16-a', body => 'x');
     POSIX::_exit(0);
 }
-select(undef, undef, undef, 0.3);
+main::wait_running('the claim of a waiting on the row lock', 'INSERT%');
 my $r = http_req(key => 't045-16-b', body => 'x');
 is("$r->{status} $r->{idem}", '201 new', 'b waited for the live connection instead of failing with the connect');
 waitpid($a, 0);

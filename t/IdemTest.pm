@@ -23,7 +23,7 @@ use Reaper ();
 
 our @EXPORT = qw(key_hash_hex fingerprint sql sql_at sql_root bg_request
                  store_config orders_location via_location block_defaults
-                 port curl_post record tcp_proxy shard_of);
+                 port curl_post record tcp_proxy shard_of wait_state);
 
 for my $v (qw(MYSQL_PORT MYSQL_USER MYSQL_PASSWORD MYSQL_DB BACKEND_PORT)) {
     die "TEST_NGINX_$v is not set: run the suite with 'make test'\n"
@@ -196,6 +196,16 @@ sub sql {
 sub sql_at { IdemStress::sql_at(@_) }
 
 sub sql_root { IdemStress::sql_root(@_) }
+
+# waits (10 s at most) until the row of $key has $state: an outcome is
+# recorded when its request ends, after the client has had the response
+sub wait_state {
+    my ($key, $state) = @_;
+
+    IdemStress::wait_for("state $state of key $key", 10, sub {
+        sql("SELECT state FROM idempotency_keys WHERE key_hash = X'"
+            . key_hash_hex($key) . "'") eq "$state\n" });
+}
 
 # the shard (0-based) a key lives on among $n mysql= servers: the first
 # four bytes of its key hash, big-endian, modulo $n (docs/design.md)
