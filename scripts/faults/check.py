@@ -23,7 +23,7 @@ Each answer is classified:
   503        store-unavailable (documented)
   410        response-not-stored (documented)
   unknown    502 problem+json whose type ends in outcome-unknown
-             (documented once issue 23 lands: sent, no complete answer)
+             (documented: sent, no complete answer)
   stale      409 from a fencing backend: a stale executor refused
   gateway    nginx's own 502/504 (no problem document)
   timeout    the client gave up on the attempt (its own timeout)

@@ -40,7 +40,6 @@ import os
 import random
 import re
 import signal
-import subprocess
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -48,7 +47,7 @@ sys.path.insert(0, HERE)
 
 import faults  # noqa: E402
 import load    # noqa: E402
-from faults import B, log, sh, mysql_root, gnode_sock, alive  # noqa: E402
+from faults import B, log, mysql_root, gnode_sock, alive  # noqa: E402
 
 faults.BACKEND_PORT = 8493
 COST_SECONDS = 8.0
