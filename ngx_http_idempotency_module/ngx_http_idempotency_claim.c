@@ -171,7 +171,7 @@ ngx_http_idempotency_claim_step(ngx_http_request_t *r,
     /*
      * A READ before the request's first write needs no token: no row can
      * be its own yet, and a duplicate that the READ answers never draws
-     * one (RAND_bytes() is one of the dearest steps of a replay).
+     * one.
      */
 
     if ((stmt == NGX_HTTP_IDEMPOTENCY_STMT_READ && !ctx->has_token)
@@ -215,20 +215,45 @@ ngx_http_idempotency_claim_step(ngx_http_request_t *r,
 
 /*
  * The owner token, drawn before the request's first claim and kept for
- * its later ones: a duplicate that a tier answers never claims, and
- * RAND_bytes() is one of the dearest steps of a replay.
+ * its later ones: a duplicate that a tier answers never claims.  Tokens
+ * come from a per-process pool that RAND_bytes() fills TOKENS at a time:
+ * each call has a fixed cost (locks, the DRBG's checks, a getpid() for
+ * its fork test) many times that of 16 bytes, and was one of the dearest
+ * steps of a first request.  The pool remembers the pid that filled it,
+ * so a process never hands out tokens drawn before it was forked.
  */
+
+#define NGX_HTTP_IDEMPOTENCY_TOKENS  64
 
 static ngx_int_t
 ngx_http_idempotency_token(ngx_http_idempotency_ctx_t *ctx)
 {
+    u_char  *p;
+
+    static ngx_pid_t   pid;
+    static ngx_uint_t  left;
+    static u_char      pool[NGX_HTTP_IDEMPOTENCY_TOKENS
+                            * NGX_HTTP_IDEMPOTENCY_TOKEN_LEN];
+
     if (ctx->has_token) {
         return NGX_OK;
     }
 
-    if (RAND_bytes(ctx->token, NGX_HTTP_IDEMPOTENCY_TOKEN_LEN) != 1) {
-        return NGX_ERROR;
+    if (left == 0 || pid != ngx_pid) {
+        if (RAND_bytes(pool, sizeof(pool)) != 1) {
+            left = 0;
+            return NGX_ERROR;
+        }
+
+        pid = ngx_pid;
+        left = NGX_HTTP_IDEMPOTENCY_TOKENS;
     }
+
+    /* each token is handed out once: its bytes leave the pool */
+
+    p = pool + --left * NGX_HTTP_IDEMPOTENCY_TOKEN_LEN;
+    ngx_memcpy(ctx->token, p, NGX_HTTP_IDEMPOTENCY_TOKEN_LEN);
+    ngx_memzero(p, NGX_HTTP_IDEMPOTENCY_TOKEN_LEN);
 
     ctx->has_token = 1;
 
