@@ -61,6 +61,17 @@ static u_char *ngx_http_idempotency_hex(u_char *p, u_char *src, size_t len);
 #define NGX_HTTP_IDEMPOTENCY_SQL_NEW                                         \
     "state = 4 OR expires_at <= UTC_TIMESTAMP(3)"
 
+/*
+ * A completion that lands after the key's retention has ended (the
+ * request outlived idempotency_ttl) keeps the answer for a retry: its
+ * retention starts again from now, as long as the claim's was
+ * (expires_at - created_at is the claim's idempotency_ttl).  Within
+ * retention, expires_at is left as it is, and its index untouched.
+ */
+#define NGX_HTTP_IDEMPOTENCY_SQL_KEEP                                        \
+    "expires_at = IF(expires_at <= UTC_TIMESTAMP(3), UTC_TIMESTAMP(3) "      \
+    "+ INTERVAL TIMESTAMPDIFF(MICROSECOND, created_at, expires_at) "         \
+    "MICROSECOND, expires_at)"
 
 #define NGX_HTTP_IDEMPOTENCY_SQL_DEAD                                        \
     "state = 0 AND lease_until <= UTC_TIMESTAMP(3) "                         \
@@ -150,7 +161,8 @@ static ngx_http_idempotency_part_t  ngx_http_idempotency_take_parts[] = {
 
 static ngx_http_idempotency_part_t  ngx_http_idempotency_complete_parts[] = {
     { "UPDATE `%V` SET state = ?, status = ?, "
-      "lease_until = UTC_TIMESTAMP(3), response = ? "
+      "lease_until = UTC_TIMESTAMP(3), " NGX_HTTP_IDEMPOTENCY_SQL_KEEP ", "
+      "response = ? "
       "WHERE key_hash = ? AND owner = ?", NULL },
     { NULL, NULL }
 };
@@ -163,7 +175,7 @@ static ngx_http_idempotency_part_t  ngx_http_idempotency_complete_parts[] = {
 
 static ngx_http_idempotency_part_t  ngx_http_idempotency_completes_parts[] = {
     { "UPDATE `%V` SET lease_until = UTC_TIMESTAMP(3), "
-      "state = CASE key_hash", NULL },
+      NGX_HTTP_IDEMPOTENCY_SQL_KEEP ", state = CASE key_hash", NULL },
     { " WHEN ? THEN ?", "" },
     { " END, status = CASE key_hash", NULL },
     { " WHEN ? THEN ?", "" },

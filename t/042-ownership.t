@@ -3,8 +3,9 @@
 # can neither renew nor complete it, so its late renewal revives no lease
 # and its late completion stores nothing that the tiers could replay.  A
 # released row keeps the key's epoch until the key's retention ends, the
-# purge included, and is free for the next claim as a new operation.
-# Executions are counted by the backend.
+# purge included, and is free for the next claim as a new operation.  A
+# request that outlives idempotency_ttl still leaves an answer that its
+# retry replays.  Executions are counted by the backend.
 
 use lib 't';
 use Test::Nginx::Socket 'no_plan';
@@ -317,3 +318,28 @@ GET /count?key=t042-4
 [error]
 --- timeout: 40
 
+
+
+=== TEST 5: a request that outlives idempotency_ttl: its answer is kept, and the retry replays it
+--- http_config eval
+IdemTest::store_config(query_timeout => '500ms')
+--- config eval
+IdemTest::orders_location(idempotency_ttl => '2s',
+    idempotency_lease => '1500ms', add_header => 'X-Idem', count => 1)
+--- init
+my $key = 't042-5';
+my $r = main::order($key, '/orders?delay=3500');
+is("$r->{status} $r->{idem} $r->{execution}", '201 new 1',
+   'the first request, longer than its ttl');
+wait_state($key, 1);
+is(main::row($key), '1 1 1 0', 'completed, within a new retention');
+$r = main::order($key, '/orders?delay=3500');
+is("$r->{status} $r->{replayed} $r->{execution}", '201 true 1',
+   'the retry replays it');
+--- request
+GET /count?key=t042-5
+--- response_body chomp
+1
+--- no_error_log
+[error]
+--- timeout: 30
