@@ -42,7 +42,8 @@
  * (ROW_RELEASED) and nobody's, so that neither a renewal nor a completion
  * of the owner it had changes it again; its epoch and expires_at stay, so
  * that the next claim goes on counting epochs and the purge keeps the row
- * until the key's retention ends.  An owner token is random: never zeros.
+ * until the key's retention ends.  A token is 16 random bytes: never
+ * all zeros in practice.
  */
 #define NGX_HTTP_IDEMPOTENCY_SQL_RELEASE                                     \
     "state = 4, owner = X'00000000000000000000000000000000', "              \
