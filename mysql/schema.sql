@@ -10,12 +10,14 @@
 -- state: 0 in progress (owner holds a lease), 1 completed (response
 -- stored), 2 completed but the response could not be stored, 3 outcome
 -- unknown (the request was sent upstream and no complete response came
--- back: never run again, never replayed; docs/design.md, "Outcomes").
+-- back: never run again, never replayed; docs/design.md, "Outcomes"),
+-- 4 released (given back by the module or an operator: nobody's, free
+-- for the next claim, and kept with its epoch until expires_at).
 --
 -- epoch: the claim's epoch, 1 for the first claim, one more for each
--- takeover and each reclaim after retention; a backend that remembers
--- the highest it has seen for a key can refuse a stale executor
--- (idempotency_epoch_header).
+-- takeover and each reclaim after a release or after retention; a
+-- backend that remembers the highest it has seen for a key can refuse a
+-- stale executor (idempotency_epoch_header).
 --
 -- One row is not a key: the purge lease (key_hash of 32 zero bytes,
 -- expires_at in 9999), which the nginx that purges expired rows holds

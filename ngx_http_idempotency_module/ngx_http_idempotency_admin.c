@@ -16,11 +16,12 @@
  * oldest first), and the two changes an operator may make.  A change is
  * one UPDATE conditional on the row's version, the text the operator
  * read with GET: a row that was renewed, completed or taken over since
- * stays.  It expires the row at once, as a release does (owner.c): the
- * next claim takes it as a new operation and goes on counting its
- * epoch.  "release" applies to keys in progress or of unknown outcome
- * (a retry then runs anew); "forget" to completed keys, whose entries in
- * this nginx's replay tiers go too.
+ * stays.  It releases the row as the module does (sql.h): the owner it
+ * had can neither renew nor complete it, the next claim takes it as a
+ * new operation and goes on counting its epoch.  "release" applies to
+ * keys in progress or of unknown outcome (a retry then runs anew);
+ * "forget" to completed keys, whose entries in this nginx's replay tiers
+ * go too.
  *
  * Every statement is an op (mysql.h); the request waits (NGX_DONE) and
  * is finalized from the op's handler.  A read whose client leaves is
@@ -229,13 +230,14 @@ static ngx_str_t  ngx_http_idempotency_admin_states[] = {
     ngx_string("completed"),
     ngx_string("not_stored"),
     ngx_string("unknown"),
+    ngx_string("released"),
     ngx_string("invalid")
 };
 
 #define ngx_http_idempotency_admin_state(state)                              \
     (&ngx_http_idempotency_admin_states[                                     \
-        ((state) < 0 || (state) > NGX_HTTP_IDEMPOTENCY_ROW_UNKNOWN)          \
-        ? NGX_HTTP_IDEMPOTENCY_ROW_UNKNOWN + 1 : (state)])
+        ((state) < 0 || (state) > NGX_HTTP_IDEMPOTENCY_ROW_RELEASED)         \
+        ? NGX_HTTP_IDEMPOTENCY_ROW_RELEASED + 1 : (state)])
 
 
 /* by NGX_HTTP_IDEMPOTENCY_ADMIN_*: an op's name, and the changes' words */
@@ -935,13 +937,13 @@ ngx_http_idempotency_admin_op(ngx_http_idempotency_admin_t *ad,
     default: /* RELEASE, FORGET */
 
         /*
-         * The UPDATE expires the row only while it is the version the
-         * operator saw, and the SELECT after it tells, when it did not,
-         * whether the row is gone or what it is now.
+         * The UPDATE releases the row (sql.h) only while it is the
+         * version the operator saw, and the SELECT after it tells, when
+         * it did not, whether the row is gone or what it is now.
          */
 
-        p = ngx_slprintf(p, last, "UPDATE `%V` SET expires_at = "
-                         "UTC_TIMESTAMP(3), lease_until = UTC_TIMESTAMP(3) "
+        p = ngx_slprintf(p, last, "UPDATE `%V` SET "
+                         NGX_HTTP_IDEMPOTENCY_SQL_RELEASE " "
                          "WHERE key_hash = X'%*s' "
                          "AND state IN (%s) AND %s = '%V'; "
                          "SELECT %s FROM `%V` WHERE key_hash = X'%*s'",

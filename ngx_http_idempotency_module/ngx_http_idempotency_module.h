@@ -42,6 +42,7 @@
 #define NGX_HTTP_IDEMPOTENCY_ROW_DONE       1
 #define NGX_HTTP_IDEMPOTENCY_ROW_UNSTORED   2
 #define NGX_HTTP_IDEMPOTENCY_ROW_UNKNOWN    3    /* outcome unknown */
+#define NGX_HTTP_IDEMPOTENCY_ROW_RELEASED   4    /* free, epoch kept; sql.c */
 
 #define NGX_HTTP_IDEMPOTENCY_STORE_REJECT   0
 #define NGX_HTTP_IDEMPOTENCY_STORE_PASS     1

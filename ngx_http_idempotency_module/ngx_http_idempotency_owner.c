@@ -8,13 +8,15 @@
 /*
  * ngx_http_idempotency_module: the claim a request holds.
  *
- *     UPDATE t SET expires_at = now, lease_until = now
+ *     UPDATE t SET state = 4, owner = <none>, lease_until = now, ...
  *      WHERE key_hash = ? AND state = 0 AND owner = ?
  *
  * A release is conditional on the owner token, so it never frees a row
  * that another request has taken over, or one that is completed.  The
- * row stays, expired (the purge removes it): the next claim takes it
- * over as a new operation, with the next epoch.
+ * row stays, free and nobody's, until its retention ends (the purge
+ * removes it then): a renewal of the old owner that lands after it
+ * changes nothing, and the next claim takes it over as a new operation,
+ * with the next epoch.
  */
 
 

@@ -51,9 +51,27 @@ static u_char *ngx_http_idempotency_hex(u_char *p, u_char *src, size_t len);
  * compare fingerprints (and stores zeros).
  */
 
+/* free for a new operation: released (4, ROW_RELEASED), or past retention
+ * and not held by a live lease */
 #define NGX_HTTP_IDEMPOTENCY_SQL_EXPIRED                                     \
-    "expires_at <= UTC_TIMESTAMP(3) "                                        \
-    "AND (state <> 0 OR lease_until <= UTC_TIMESTAMP(3))"
+    "(state = 4 OR expires_at <= UTC_TIMESTAMP(3) "                          \
+    "AND (state <> 0 OR lease_until <= UTC_TIMESTAMP(3)))"
+
+/* a TAKE of a free row starts a new operation, and its retention */
+#define NGX_HTTP_IDEMPOTENCY_SQL_NEW                                         \
+    "state = 4 OR expires_at <= UTC_TIMESTAMP(3)"
+
+/*
+ * A completion that lands after the key's retention has ended (the
+ * request outlived idempotency_ttl) keeps the answer for a retry: its
+ * retention starts again from now, as long as the claim's was
+ * (expires_at - created_at is the claim's idempotency_ttl).  Within
+ * retention, expires_at is left as it is, and its index untouched.
+ */
+#define NGX_HTTP_IDEMPOTENCY_SQL_KEEP                                        \
+    "expires_at = IF(expires_at <= UTC_TIMESTAMP(3), UTC_TIMESTAMP(3) "      \
+    "+ INTERVAL TIMESTAMPDIFF(MICROSECOND, created_at, expires_at) "         \
+    "MICROSECOND, expires_at)"
 
 #define NGX_HTTP_IDEMPOTENCY_SQL_DEAD                                        \
     "state = 0 AND lease_until <= UTC_TIMESTAMP(3) "                         \
@@ -115,17 +133,18 @@ static ngx_http_idempotency_part_t  ngx_http_idempotency_read_parts[] = {
 /*
  * TAKE: owner, fingerprint to store, ttl, lease us, key, the epoch the
  * READ saw, fingerprint; assignments run left to right, so created_at and
- * expires_at are tested before expires_at changes.  Conditional on the
- * epoch too, so that the claim knows its own: one more than it read.
+ * expires_at are tested before expires_at and state change.  Conditional
+ * on the epoch too, so that the claim knows its own: one more than it
+ * read.
  */
 
 static ngx_http_idempotency_part_t  ngx_http_idempotency_take_parts[] = {
-    { "UPDATE `%V` SET owner = ?, state = 0, fingerprint = ?, "
-      "epoch = epoch + 1, "
-      "created_at = IF(expires_at <= UTC_TIMESTAMP(3), "
+    { "UPDATE `%V` SET owner = ?, fingerprint = ?, "
+      "created_at = IF(" NGX_HTTP_IDEMPOTENCY_SQL_NEW ", "
       "UTC_TIMESTAMP(3), created_at), "
-      "expires_at = IF(expires_at <= UTC_TIMESTAMP(3), "
+      "expires_at = IF(" NGX_HTTP_IDEMPOTENCY_SQL_NEW ", "
       "UTC_TIMESTAMP(3) + INTERVAL ? SECOND, expires_at), "
+      "state = 0, epoch = epoch + 1, "
       "lease_until = UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND, "
       "status = NULL, response = NULL "
       "WHERE key_hash = ? AND epoch = ? AND ("
@@ -135,11 +154,15 @@ static ngx_http_idempotency_part_t  ngx_http_idempotency_take_parts[] = {
 };
 
 
-/* COMPLETE: state, status, record (NULL: not stored), key, owner */
+/*
+ * COMPLETE: state, status, record (NULL: not stored), key, owner.  A
+ * release made the row nobody's: the owner it had changes nothing.
+ */
 
 static ngx_http_idempotency_part_t  ngx_http_idempotency_complete_parts[] = {
     { "UPDATE `%V` SET state = ?, status = ?, "
-      "lease_until = UTC_TIMESTAMP(3), response = ? "
+      "lease_until = UTC_TIMESTAMP(3), " NGX_HTTP_IDEMPOTENCY_SQL_KEEP ", "
+      "response = ? "
       "WHERE key_hash = ? AND owner = ?", NULL },
     { NULL, NULL }
 };
@@ -152,7 +175,7 @@ static ngx_http_idempotency_part_t  ngx_http_idempotency_complete_parts[] = {
 
 static ngx_http_idempotency_part_t  ngx_http_idempotency_completes_parts[] = {
     { "UPDATE `%V` SET lease_until = UTC_TIMESTAMP(3), "
-      "state = CASE key_hash", NULL },
+      NGX_HTTP_IDEMPOTENCY_SQL_KEEP ", state = CASE key_hash", NULL },
     { " WHEN ? THEN ?", "" },
     { " END, status = CASE key_hash", NULL },
     { " WHEN ? THEN ?", "" },
@@ -484,22 +507,26 @@ ngx_http_idempotency_sql_release(ngx_http_idempotency_shard_t *shard,
     u_char                     *p;
     ngx_http_idempotency_op_t  *op;
 
-    op = ngx_http_idempotency_sql_text(shard, log, "release",
-                                       NGX_HTTP_IDEMPOTENCY_OP_RELEASE);
+    op = ngx_http_idempotency_op_create(shard, log,
+                                        sizeof(NGX_HTTP_IDEMPOTENCY_SQL_RELEASE)
+                                        + 256 + shard->store->table.len);
     if (op == NULL) {
         return NULL;
     }
 
+    op->name = "release";
+    op->kind = NGX_HTTP_IDEMPOTENCY_OP_RELEASE;
+
     /*
-     * The row is not deleted but expired at once (and its lease with
-     * it): the next claim takes it as a new operation, and its epoch
-     * goes on from this one's, so that a backend that fences by the
-     * highest epoch of a key never sees it fall back to 1.
+     * The row is not deleted but made free and nobody's (sql.h): the
+     * next claim takes it as a new operation, and its epoch goes on from
+     * this one's, so that a backend that fences by the highest epoch of
+     * a key never sees it fall back to 1, even after the purge.
      */
 
-    p = ngx_sprintf(op->sql.data, "UPDATE `%V` SET expires_at = "
-                    "UTC_TIMESTAMP(3), lease_until = UTC_TIMESTAMP(3) "
-                    "WHERE key_hash = ", &shard->store->table);
+    p = ngx_sprintf(op->sql.data, "UPDATE `%V` SET "
+                    NGX_HTTP_IDEMPOTENCY_SQL_RELEASE " WHERE key_hash = ",
+                    &shard->store->table);
     p = ngx_http_idempotency_owned(p, key_hash, owner);
 
     op->sql.len = p - op->sql.data;
@@ -663,8 +690,10 @@ ngx_http_idempotency_sql_purge_lease(ngx_http_idempotency_shard_t *shard,
 
 /*
  * One batch: the oldest expired rows, never a key whose owner still holds
- * a live lease.  InnoDB re-reads each row it locks, so a row reclaimed by
- * a claim in the meantime no longer matches and stays.
+ * a live lease.  A released row keeps its expires_at: it stays, with its
+ * epoch, until the key's retention ends.  InnoDB re-reads each row it
+ * locks, so a row reclaimed by a claim in the meantime no longer matches
+ * and stays.
  */
 
 ngx_http_idempotency_op_t *

@@ -37,6 +37,18 @@
 #define NGX_HTTP_IDEMPOTENCY_F_RESPONSE   9   /* completed, unexpired */
 #define NGX_HTTP_IDEMPOTENCY_F_COUNT      10
 
+/*
+ * What a release (the module's, or an operator's) sets: the row is free
+ * (ROW_RELEASED) and nobody's, so that neither a renewal nor a completion
+ * of the owner it had changes it again; its epoch and expires_at stay, so
+ * that the next claim goes on counting epochs and the purge keeps the row
+ * until the key's retention ends.  A token is 16 random bytes: never
+ * all zeros in practice.
+ */
+#define NGX_HTTP_IDEMPOTENCY_SQL_RELEASE                                     \
+    "state = 4, owner = X'00000000000000000000000000000000', "              \
+    "lease_until = UTC_TIMESTAMP(3), status = NULL, response = NULL"
+
 /* "take": the row may be taken over, and why */
 #define NGX_HTTP_IDEMPOTENCY_TAKE_EXPIRED 1
 #define NGX_HTTP_IDEMPOTENCY_TAKE_LEASE   2

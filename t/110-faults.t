@@ -131,13 +131,14 @@ sub row {
     my ($key) = @_;
     my $out = $db->sql("SELECT state, TIMESTAMPDIFF(MICROSECOND,"
         . " UTC_TIMESTAMP(6), lease_until) DIV 1000,"
-        . " expires_at <= UTC_TIMESTAMP(3) FROM idempotency_keys"
+        . " (state = 4 OR expires_at <= UTC_TIMESTAMP(3))"
+        . " FROM idempotency_keys"
         . " WHERE key_hash = X'" . key_hash_hex($key) . "'");
     return split /\s+/, $out;
 }
 
-# a release expires the row at once (it stays for its epoch, until the
-# purge): gone, or past its retention
+# a release frees the row at once (it stays for its epoch, until its
+# retention ends): gone, released, or past its retention
 sub wait_row_gone {
     my ($key, $timeout) = @_;
     return eval { wait_for("the row of $key to go", $timeout // 20,
