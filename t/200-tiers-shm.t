@@ -55,8 +55,9 @@ Idempotent-Replayed: true
 Content-Type: application/json
 --- raw_response_headers_like: Set-Cookie: c1=v1; Path=/\r\nSet-Cookie: c2=v2; Path=/\r\n
 --- response_body_like: ^\{"order_id":"ord-\d+","key":"t200-1","execution":1,
---- error_log
-idempotency: key "t200-1" found in the cache zone
+--- error_log eval
+"idempotency: key " . substr(IdemTest::key_hash_hex('t200-1'), 0, 8)
+. " found in the cache zone"
 --- no_error_log
 [error]
 
@@ -332,7 +333,8 @@ if (!$ENV{TEST_NGINX_USE_VALGRIND}) {
 --- response_headers eval
 ["", "X-Tier: shm"]
 --- error_log eval
-qr/key "t200-10" found in the cache zone/
+"key " . substr(IdemTest::key_hash_hex('t200-10'), 0, 8)
+. " found in the cache zone"
 --- no_error_log
 [error]
 

@@ -1,0 +1,105 @@
+# Failure edges and what leaks: the client's epoch header never reaches
+# the upstream except as the module sets it for an owner; the error log
+# names a key by its id, never by the key (a key may be a secret); and
+# out of memory after the request was sent records the key as executed,
+# never gives it back to run again.
+
+use lib 't';
+use Test::Nginx::Socket 'no_plan';
+use IdemTest;
+use TierTest;
+
+# the first 8 hex digits of the key hash: how the error log names a key
+# (for the blocks' eval sections too)
+sub key_id { substr(IdemTest::key_hash_hex($_[0]), 0, 8) }
+*Test::Base::Filter::key_id = \&key_id;
+
+# a request of many headers (two parts of nginx's header list), with the
+# epoch header at the start, at the end, side by side, and in between
+my $many = join("\n", 'Idempotency-Epoch: 99',
+                (map { "X-F$_: f$_" } 1 .. 12),
+                'Idempotency-Epoch: 98', 'X-F13: f13',
+                'Idempotency-Epoch: 97', 'idempotency-epoch: 96', 'X-F14: f14',
+                'Idempotency-Epoch: 95', 'X-F15: f15',
+                'Idempotency-Epoch: 94', 'X-F16: f16',
+                (map { "X-F$_: f$_" } 17 .. 25), 'Idempotency-Epoch: 93');
+
+$ENV{TEST_NGINX_T065_MANY} = $many;
+
+no_shuffle();
+run_tests();
+
+__DATA__
+
+=== TEST 4: the error log names a key by its id, the cache zone's lines too
+--- http_config eval
+TierTest::tier_stores(main => 'cache=idem_t065:1m')
+--- config
+    location /orders {
+        idempotency main;
+        add_header X-Tier $idempotency_tier always;
+        proxy_pass http://backend;
+    }
+--- init
+my $r = http_req(key => 't065-Secret-Key-4', body => 'x');
+is($r->{status}, 201, 'executed');
+wait_state('t065-Secret-Key-4', 1);
+--- more_headers
+Idempotency-Key: t065-Secret-Key-4
+--- request
+POST /orders
+x
+--- error_code: 201
+--- response_headers
+X-Tier: shm
+--- error_log eval
+"idempotency: key " . key_id('t065-Secret-Key-4') . " found in the cache zone"
+--- no_error_log eval
+qr/idempotency(?: store "[^"]*"[^:]*)?: [^\n]*Secret-Key/
+
+
+
+=== TEST 5: the Redis tier's lines name a key by its id
+--- http_config eval
+TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}")
+--- config
+    location /orders {
+        idempotency main;
+        add_header X-Tier $idempotency_tier always;
+        proxy_pass http://backend;
+    }
+--- init
+my $r = http_req(key => 't065-Secret-Key-5', body => 'x');
+is($r->{status}, 201, 'executed');
+wait_state('t065-Secret-Key-5', 1);
+--- more_headers
+Idempotency-Key: t065-Secret-Key-5
+--- request
+POST /orders
+x
+--- error_code: 201
+--- response_headers
+X-Tier: redis
+--- error_log eval
+["idempotency: key " . key_id('t065-Secret-Key-5') . " not in redis",
+ "idempotency: key " . key_id('t065-Secret-Key-5') . " found in redis"]
+--- no_error_log eval
+qr/idempotency(?: store "[^"]*"[^:]*)?: [^\n]*Secret-Key/
+
+
+
+=== TEST 7: $idempotency_key_id is the key's id in the error log, for an access log
+--- config
+    location /orders {
+        idempotency main;
+        add_header X-Key-Id $idempotency_key_id always;
+        proxy_pass http://backend;
+    }
+--- more_headers
+Idempotency-Key: t065-7
+--- request
+POST /orders
+x
+--- error_code: 201
+--- response_headers eval
+"X-Key-Id: " . key_id('t065-7')
