@@ -31,6 +31,86 @@ run_tests();
 
 __DATA__
 
+=== TEST 1: a client's epoch header reaches no upstream: an unprotected method, no key, a location without the module
+--- config
+    location /orders {
+        idempotency main;
+        idempotency_epoch_header Idempotency-Epoch;
+        proxy_pass http://127.0.0.1:$server_port/echo;
+    }
+    location /plain {
+        idempotency_epoch_header Idempotency-Epoch;
+        proxy_pass http://127.0.0.1:$server_port/echo;
+    }
+    location = /echo {
+        return 200 "epoch=$http_idempotency_epoch\n";
+    }
+--- request eval
+["PUT /orders\nx", "POST /orders\nx", "POST /plain\nx", "DELETE /orders"]
+--- more_headers eval
+["Idempotency-Key: t065-1a\nIdempotency-Epoch: 99",
+ "Idempotency-Epoch: 99",
+ "Idempotency-Key: t065-1c\nIdempotency-Epoch: 99",
+ "Idempotency-Epoch: 99\nIdempotency-Epoch: 98"]
+--- error_code eval
+[200, 200, 200, 200]
+--- response_body eval
+["epoch=\n", "epoch=\n", "epoch=\n", "epoch=\n"]
+
+
+
+=== TEST 2: on_store_error pass: the request is forwarded unprotected, without the client's epoch header
+--- http_config
+    idempotency_store down mysql=127.0.0.1:1 user=u password=p database=d
+                      connect_timeout=200ms query_timeout=500ms;
+--- config
+    location /orders {
+        idempotency down;
+        idempotency_on_store_error pass;
+        idempotency_epoch_header Idempotency-Epoch;
+        add_header X-Idem $idempotency_status always;
+        proxy_pass http://127.0.0.1:$server_port/echo;
+    }
+    location = /echo {
+        return 200 "epoch=$http_idempotency_epoch\n";
+    }
+--- more_headers
+Idempotency-Key: t065-2
+Idempotency-Epoch: 99
+--- request
+POST /orders
+x
+--- error_code: 200
+--- response_headers
+X-Idem: error
+--- response_body
+epoch=
+
+
+
+=== TEST 3: many headers, the epoch header among them several times: an owner's upstream gets the module's epoch alone, and every other header intact; so does an unprotected request, without it
+--- config
+    location /orders {
+        idempotency main;
+        idempotency_epoch_header Idempotency-Epoch;
+        proxy_pass http://127.0.0.1:$server_port/echo;
+    }
+    location = /echo {
+        return 200 "epoch=$http_idempotency_epoch $http_x_f1 $http_x_f12 $http_x_f13 $http_x_f14 $http_x_f15 $http_x_f16 $http_x_f17 $http_x_f25 key=$http_idempotency_key\n";
+    }
+--- request eval
+["POST /orders\nx", "PUT /orders\nx"]
+--- more_headers eval
+["Idempotency-Key: t065-3\n$ENV{TEST_NGINX_T065_MANY}",
+ "$ENV{TEST_NGINX_T065_MANY}\nIdempotency-Key: t065-3b"]
+--- error_code eval
+[200, 200]
+--- response_body eval
+["epoch=1 f1 f12 f13 f14 f15 f16 f17 f25 key=t065-3\n",
+ "epoch= f1 f12 f13 f14 f15 f16 f17 f25 key=t065-3b\n"]
+
+
+
 === TEST 4: the error log names a key by its id, the cache zone's lines too
 --- http_config eval
 TierTest::tier_stores(main => 'cache=idem_t065:1m')
