@@ -355,8 +355,11 @@ ngx_http_idempotency_respond(ngx_http_request_t *r,
 
     case NGX_HTTP_IDEMPOTENCY_OUT_FORWARD:
 
+        /* what records the outcome is had before anything is sent */
+
         if (ctx->owner
-            && ngx_http_idempotency_epoch_header(r, ctx) != NGX_OK)
+            && (ngx_http_idempotency_capture_prepare(ctx) != NGX_OK
+                || ngx_http_idempotency_epoch_header(r, ctx) != NGX_OK))
         {
             ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
             return NGX_DONE;
@@ -642,6 +645,8 @@ ngx_http_idempotency_teardown(ngx_http_idempotency_ctx_t *ctx)
     if (ctx->capture) {
         ngx_destroy_pool(ctx->capture);
         ctx->capture = NULL;
+        ctx->reserve = NULL;
+        ctx->charged = NULL;
     }
 
     if (ctx->replay_pool) {

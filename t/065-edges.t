@@ -168,6 +168,52 @@ qr/idempotency(?: store "[^"]*"[^:]*)?: [^\n]*Secret-Key/
 
 
 
+=== TEST 6: out of memory for the record after the backend answered (the worker's address space limited, RLIMIT_AS): the key is recorded as executed, not stored; a retry gets 410 and the backend ran once
+--- config eval
+IdemTest::orders_location(idempotency_max_response_size => '64m',
+                          count => 1, add_header => 'X-Idem')
+--- init
+# the worker (no master) may map 40 MB more than it does now: the
+# capture of a 24 MB response fits, the record of it in one piece does not
+open my $f, '<', $Test::Nginx::Util::PidFile or die "pid file: $!";
+chomp(my $pid = <$f>);
+open my $st, '<', "/proc/$pid/status" or die "status: $!";
+my ($vm) = join('', <$st>) =~ /^VmSize:\s+(\d+) kB/m or die "no VmSize";
+my $limit = $vm * 1024 + 40 * 1024 * 1024;
+system('prlimit', "--pid=$pid", "--as=$limit:") == 0 or die "prlimit failed";
+--- more_headers
+Idempotency-Key: t065-6
+--- request
+POST /orders?size=24000000
+x
+--- error_code: 201
+--- response_headers
+X-Idem: new
+Content-Length: 24000000
+--- response_body_like: ^\x00\x01\x02
+--- error_log
+no memory for the record; recorded as executed, not stored
+--- timeout: 60
+
+
+
+=== TEST 6b: ... and a retry gets 410, the backend having run once
+--- config eval
+IdemTest::orders_location(idempotency_max_response_size => '64m',
+                          count => 1, add_header => 'X-Idem')
+--- request eval
+["POST /orders?size=24000000\nx", "GET /count?key=t065-6"]
+--- more_headers eval
+["Idempotency-Key: t065-6", ""]
+--- error_code eval
+[410, 200]
+--- response_headers eval
+["X-Idem: unstored", ""]
+--- response_body_like eval
+["response-not-stored", "^1\$"]
+
+
+
 === TEST 7: $idempotency_key_id is the key's id in the error log, for an access log
 --- config
     location /orders {
