@@ -55,7 +55,7 @@ typedef struct {
     ngx_uint_t                      state;     /* ROW_DONE, ... */
     ngx_http_idempotency_ctx_pt     done;      /* tells ctx the end */
     ngx_str_t                       record;    /* bound to the UPDATE */
-    ngx_str_t                       key;
+    ngx_str_t                       key;       /* the key id, for logs */
     ngx_uint_t                      status;
     ngx_uint_t                      tries;
     ngx_msec_t                      deadline;
@@ -76,6 +76,7 @@ typedef struct {
     u_char                    key_hash[NGX_HTTP_IDEMPOTENCY_HASH_LEN];
     u_char                    fingerprint[NGX_HTTP_IDEMPOTENCY_HASH_LEN];
     u_char                    token[NGX_HTTP_IDEMPOTENCY_TOKEN_LEN];
+    u_char                    key_id[NGX_HTTP_IDEMPOTENCY_KEY_ID_LEN];
 } ngx_http_idempotency_job_t;
 
 
@@ -100,27 +101,49 @@ static void ngx_http_idempotency_job_end(ngx_http_idempotency_job_t *job);
 
 
 ngx_int_t
+ngx_http_idempotency_complete_reserve(ngx_http_idempotency_ctx_t *ctx)
+{
+    if (ctx->reserve) {
+        return NGX_OK;
+    }
+
+    if (ctx->capture == NULL) {
+        ctx->capture = ngx_create_pool(4096, ngx_cycle->log);
+        if (ctx->capture == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    ctx->reserve = ngx_pcalloc(ctx->capture,
+                               sizeof(ngx_http_idempotency_job_t));
+
+    return ctx->reserve ? NGX_OK : NGX_ERROR;
+}
+
+
+ngx_int_t
 ngx_http_idempotency_complete(ngx_http_idempotency_ctx_t *ctx,
     ngx_uint_t state, ngx_http_idempotency_ctx_pt done)
 {
     ngx_pool_t                  *pool;
     ngx_http_idempotency_job_t  *job;
 
-    /* nothing captured (an outcome recorded as unknown): a pool of its
-     * own, which the job owns as it owns a capture */
+    static ngx_str_t  no_memory = ngx_string("no memory for the record");
 
-    pool = ctx->capture ? ctx->capture : ngx_create_pool(1024, ngx_cycle->log);
+    /*
+     * The job was reserved before the request was sent: the outcome of
+     * a request that went upstream is recorded whatever memory is left
+     * now, for giving the key back would let a retry execute it again.
+     */
 
-    job = pool ? ngx_pcalloc(pool, sizeof(ngx_http_idempotency_job_t)) : NULL;
-
-    if (job == NULL) {
-        if (pool && pool != ctx->capture) {
-            ngx_destroy_pool(pool);
-        }
-
+    if (ngx_http_idempotency_complete_reserve(ctx) != NGX_OK) {
         ngx_http_idempotency_release(ctx, "no memory");
         return NGX_ERROR;
     }
+
+    pool = ctx->capture;
+    job = ctx->reserve;
+    ctx->reserve = NULL;
 
     job->pool = pool;
     job->state = state;
@@ -153,14 +176,13 @@ ngx_http_idempotency_complete(ngx_http_idempotency_ctx_t *ctx,
         }
     }
 
-    job->key.data = ngx_pstrdup(pool, &ctx->key_id);
+    ngx_memcpy(job->key_id, ctx->key_id.data, ctx->key_id.len);
+    job->key.data = job->key_id;
     job->key.len = ctx->key_id.len;
 
-    if (job->key.data == NULL
-        || ngx_http_idempotency_job_record(job) != NGX_OK)
-    {
-        ngx_http_idempotency_release(ctx, "no memory");
-        return NGX_ERROR;
+    if (ngx_http_idempotency_job_record(job) != NGX_OK) {
+        ngx_http_idempotency_job_unstored(job, &no_memory);
+        ngx_str_null(&job->record);
     }
 
     /* the job owns the capture and the claim now */
@@ -256,7 +278,7 @@ ngx_http_idempotency_job_unstored(ngx_http_idempotency_job_t *job,
 {
     ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
                   "idempotency store \"%V\" mysql=%V: response of key "
-                  "\"%V\" (%uz bytes) cannot be stored: %V; recorded as "
+                  "%V (%uz bytes) cannot be stored: %V; recorded as "
                   "executed, not stored (retries get 410)",
                   &job->store->name, &job->shard->name, &job->key,
                   job->record.len, why);
@@ -310,7 +332,7 @@ ngx_http_idempotency_job_run(ngx_event_t *ev)
                                            job->record.len ? &job->record
                                                            : NULL);
     if (op == NULL) {
-        ngx_http_idempotency_job_end(job);
+        ngx_http_idempotency_job_failed(job, NULL);
         return;
     }
 
@@ -417,41 +439,50 @@ ngx_http_idempotency_job_done(ngx_http_idempotency_op_t *op)
 /*
  * The UPDATE is conditional on the owner token: running it again is
  * harmless, so every other failure (a lost connection, KILL QUERY, a
- * lock wait timeout, the store away) is retried while the lease is
- * kept alive.
+ * lock wait timeout, the store away, no memory for the statement: op is
+ * NULL) is retried while the lease is kept alive.
  */
 
 static void
 ngx_http_idempotency_job_failed(ngx_http_idempotency_job_t *job,
     ngx_http_idempotency_op_t *op)
 {
+    ngx_int_t                      rc;
+    ngx_str_t                     *err;
     ngx_http_idempotency_shard_t  *shard;
 
+    static ngx_str_t  no_memory = ngx_string("no memory for the statement");
+
     shard = job->shard;
+
+    /* -1: no op */
+    rc = op ? (ngx_int_t) op->rc : -1;
+    err = op ? &op->err_text : &no_memory;
 
     if ((ngx_msec_int_t) (job->deadline - ngx_current_msec) > 0) {
         ngx_http_idempotency_metric(shard->store, completion_retries);
 
         ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
                       "idempotency store \"%V\" mysql=%V: storing the "
-                      "response of key %V failed (%ui%s%V), retrying",
-                      &shard->store->name, &shard->name, &job->key, op->rc,
-                      op->err_text.len ? ": " : "", &op->err_text);
+                      "response of key %V failed (%i%s%V), retrying",
+                      &shard->store->name, &shard->name, &job->key, rc,
+                      err->len ? ": " : "", err);
 
         /* 250 ms doubling up to 1 s; the timer is not cancelable, so a
          * graceful shutdown waits for the write */
 
         ngx_add_timer(&job->retry,
-                      job->tries > 2 ? 1000 : 250 << (job->tries - 1));
+                      job->tries > 2 ? 1000
+                                     : 250 << (ngx_max(job->tries, 1) - 1));
         return;
     }
 
     ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
                   "idempotency store \"%V\" mysql=%V: response of key %V "
-                  "could not be stored (%ui%s%V): the key stays in "
+                  "could not be stored (%i%s%V): the key stays in "
                   "progress and a retry after its lease executes it again",
-                  &shard->store->name, &shard->name, &job->key, op->rc,
-                  op->err_text.len ? ": " : "", &op->err_text);
+                  &shard->store->name, &shard->name, &job->key, rc,
+                  err->len ? ": " : "", err);
 
     ngx_http_idempotency_job_end(job);
 }
@@ -467,7 +498,7 @@ ngx_http_idempotency_job_verify(ngx_http_idempotency_job_t *job)
     op = ngx_http_idempotency_sql_owner(job->shard, ngx_cycle->log,
                                         job->key_hash, job->token);
     if (op == NULL) {
-        ngx_http_idempotency_job_end(job);
+        ngx_http_idempotency_job_failed(job, NULL);
         return;
     }
 

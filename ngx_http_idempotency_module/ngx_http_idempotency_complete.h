@@ -22,11 +22,21 @@
  * the claim with it, and writes the key's row in its final state: the
  * captured response (ROW_DONE; without one, or too large, ROW_UNSTORED),
  * ROW_UNSTORED, or ROW_UNKNOWN.  done() tells the request once the write
- * has ended, unless the request ended first.  NGX_ERROR: the key was
- * released instead.
+ * has ended, unless the request ended first.  It allocates nothing once
+ * the job is reserved: a record it has no memory for is recorded as
+ * executed, not stored.  NGX_ERROR: no job could be had (none reserved),
+ * and the key was released instead.
  */
 ngx_int_t ngx_http_idempotency_complete(ngx_http_idempotency_ctx_t *ctx,
     ngx_uint_t state, ngx_http_idempotency_ctx_pt done);
+
+/*
+ * Before the request goes upstream: the capture pool (created if there is
+ * none) with the job that will record the outcome in it, so that nothing
+ * need be allocated to record it once the request was sent.
+ */
+ngx_int_t ngx_http_idempotency_complete_reserve(
+    ngx_http_idempotency_ctx_t *ctx);
 
 /* the request ends: the write goes on without it */
 void ngx_http_idempotency_complete_detach(ngx_http_idempotency_ctx_t *ctx);

@@ -115,6 +115,7 @@ struct ngx_http_idempotency_ctx_s {
 
     /* the completion write, and the end of the response waiting for it */
     void                              *job;
+    void                              *reserve;   /* its memory, in capture */
     ngx_http_event_handler_pt          downstream; /* filter.c wraps it */
     ngx_chain_t                       *deferred;  /* end of response */
     ngx_event_t                        defer_ev;

@@ -225,18 +225,25 @@ ngx_http_idempotency_header_filter(ngx_http_request_t *r)
 }
 
 
-/* the response is the backend's: its status and headers, recorded */
+/*
+ * Before the request goes upstream, while running out of memory may
+ * still give the key back: the capture pool, its charge, and the job
+ * that records the outcome (complete.c).  Once the request is sent, an
+ * allocation that fails makes the key "executed, not stored" (410) or
+ * of unknown outcome (502), never free to run again.
+ */
 
-static ngx_int_t
-ngx_http_idempotency_capture_start(ngx_http_request_t *r,
-    ngx_http_idempotency_ctx_t *ctx)
+ngx_int_t
+ngx_http_idempotency_capture_prepare(ngx_http_idempotency_ctx_t *ctx)
 {
-    ngx_int_t            rc;
     ngx_pool_cleanup_t  *cln;
 
-    ctx->capture = ngx_create_pool(4096, ngx_cycle->log);
-    if (ctx->capture == NULL) {
+    if (ngx_http_idempotency_complete_reserve(ctx) != NGX_OK) {
         return NGX_ERROR;
+    }
+
+    if (ctx->charged) {
+        return NGX_OK;
     }
 
     /* what the capture charges is given back with its pool, by whoever
@@ -251,15 +258,42 @@ ngx_http_idempotency_capture_start(ngx_http_request_t *r,
     *ctx->charged = 0;
     cln->handler = ngx_http_idempotency_uncharge;
 
+    return NGX_OK;
+}
+
+
+/* the response is the backend's: its status and headers, recorded */
+
+static ngx_int_t
+ngx_http_idempotency_capture_start(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx)
+{
+    ngx_int_t  rc;
+
+    /* prepared when the request was forwarded (handler.c) */
+
+    if (ctx->charged == NULL
+        && ngx_http_idempotency_capture_prepare(ctx) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
     rc = ngx_http_idempotency_record_head(r, ctx->capture,
                                           ctx->conf->skip_headers,
                                           &ctx->head);
 
     if (rc == NGX_ERROR) {
-        return NGX_ERROR;
-    }
 
-    if (rc == NGX_DECLINED) {
+        /* it ran: out of memory must not let a retry run it again */
+
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "idempotency: the head of the response of key %V "
+                      "cannot be recorded (no memory, or more than a "
+                      "record frames): recorded as executed, not stored",
+                      &ctx->key_id);
+        ctx->too_large = 1;
+
+    } else if (rc == NGX_DECLINED) {
 
         /* it ran: never again, but nothing a replay may not send */
 

@@ -24,6 +24,13 @@ ngx_int_t ngx_http_idempotency_filter_init(ngx_conf_t *cf);
 void ngx_http_idempotency_filter_guard(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx);
 
+/*
+ * An owner's request is about to be forwarded: the memory that records
+ * its outcome, whatever memory is left later (NGX_ERROR: none now).
+ */
+ngx_int_t ngx_http_idempotency_capture_prepare(
+    ngx_http_idempotency_ctx_t *ctx);
+
 /* the request ends: the end of a response no longer waits */
 void ngx_http_idempotency_filter_cleanup(ngx_http_idempotency_ctx_t *ctx);
 

@@ -44,6 +44,11 @@ static ngx_int_t ngx_http_idempotency_replay(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx);
 static ngx_int_t ngx_http_idempotency_epoch_header(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx);
+static ngx_int_t ngx_http_idempotency_strip_header(ngx_http_request_t *r,
+    ngx_str_t *name);
+static ngx_int_t ngx_http_idempotency_list_delete(ngx_pool_t *pool,
+    ngx_list_t *l, ngx_list_part_t *prev, ngx_list_part_t *part,
+    ngx_uint_t i);
 static void ngx_http_idempotency_teardown(ngx_http_idempotency_ctx_t *ctx);
 
 
@@ -84,6 +89,16 @@ ngx_http_idempotency_handler(ngx_http_request_t *r)
     }
 
     ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idempotency_module);
+
+    /* whatever becomes of the request, the upstream never gets a
+     * client's epoch header: only an owner's, which the module sets */
+
+    if (ilcf->epoch_header.len
+        && ngx_http_idempotency_strip_header(r, &ilcf->epoch_header)
+           != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
 
     if (ilcf->store == NULL || !(r->method & ilcf->methods)) {
         return NGX_DECLINED;
@@ -340,8 +355,11 @@ ngx_http_idempotency_respond(ngx_http_request_t *r,
 
     case NGX_HTTP_IDEMPOTENCY_OUT_FORWARD:
 
+        /* what records the outcome is had before anything is sent */
+
         if (ctx->owner
-            && ngx_http_idempotency_epoch_header(r, ctx) != NGX_OK)
+            && (ngx_http_idempotency_capture_prepare(ctx) != NGX_OK
+                || ngx_http_idempotency_epoch_header(r, ctx) != NGX_OK))
         {
             ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
             return NGX_DONE;
@@ -419,7 +437,7 @@ ngx_http_idempotency_replay(ngx_http_request_t *r,
 /*
  * "idempotency_epoch_header": the upstream learns the claim's epoch (1,
  * one more per takeover), so that it can refuse a stale executor.  A
- * header of that name that the client sent is overwritten, never passed.
+ * header of that name that the client sent was removed by the handler.
  */
 
 static ngx_int_t
@@ -428,9 +446,7 @@ ngx_http_idempotency_epoch_header(ngx_http_request_t *r,
 {
     u_char           *p;
     ngx_str_t        *name;
-    ngx_uint_t        i, found;
     ngx_table_elt_t  *h;
-    ngx_list_part_t  *part;
 
     name = &ctx->conf->epoch_header;
 
@@ -438,27 +454,9 @@ ngx_http_idempotency_epoch_header(ngx_http_request_t *r,
         return NGX_OK;
     }
 
-    p = ngx_pnalloc(r->pool, NGX_INT_T_LEN);
+    p = ngx_pnalloc(r->pool, NGX_INT_T_LEN + name->len);
     if (p == NULL) {
         return NGX_ERROR;
-    }
-
-    found = 0;
-    part = &r->headers_in.headers.part;
-    i = 0;
-
-    while ((h = ngx_http_idempotency_next_header(&part, &i)) != NULL) {
-        if (h->key.len == name->len
-            && ngx_strncasecmp(h->key.data, name->data, name->len) == 0)
-        {
-            h->value.data = p;
-            h->value.len = ngx_sprintf(p, "%ui", ctx->epoch) - p;
-            found = 1;
-        }
-    }
-
-    if (found) {
-        return NGX_OK;
     }
 
     h = ngx_list_push(&r->headers_in.headers);
@@ -470,17 +468,114 @@ ngx_http_idempotency_epoch_header(ngx_http_request_t *r,
     h->value.data = p;
     h->value.len = ngx_sprintf(p, "%ui", ctx->epoch) - p;
     h->hash = ngx_hash_key_lc(name->data, name->len);
-
-    h->lowcase_key = ngx_pnalloc(r->pool, name->len);
-    if (h->lowcase_key == NULL) {
-        return NGX_ERROR;
-    }
+    h->lowcase_key = p + NGX_INT_T_LEN;
 
     ngx_strlow(h->lowcase_key, name->data, name->len);
 
 #if (nginx_version >= 1023000)
     h->next = NULL;
 #endif
+
+    return NGX_OK;
+}
+
+
+/* every request header called "name" goes, before anything is sent */
+
+static ngx_int_t
+ngx_http_idempotency_strip_header(ngx_http_request_t *r, ngx_str_t *name)
+{
+    ngx_uint_t        i;
+    ngx_table_elt_t  *h;
+    ngx_list_part_t  *part, *prev;
+
+again:
+
+    prev = NULL;
+    part = &r->headers_in.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                return NGX_OK;
+            }
+
+            prev = part;
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].key.len == name->len
+            && ngx_strncasecmp(h[i].key.data, name->data, name->len) == 0)
+        {
+            if (ngx_http_idempotency_list_delete(r->pool,
+                                                 &r->headers_in.headers,
+                                                 prev, part, i)
+                != NGX_OK)
+            {
+                return NGX_ERROR;
+            }
+
+            /* rare (a client that sends the header): from the start */
+            goto again;
+        }
+    }
+}
+
+
+/*
+ * Deletes element i of a part of a list.  The other elements keep their
+ * addresses (r->headers_in points at some of them): the part is cut in
+ * two around it, and only the first part of a list is ever left empty,
+ * as the list's readers expect.  When the last part was cut, it counts
+ * as full, so that the next push starts a new part instead of writing
+ * past the end of a piece.
+ */
+
+static ngx_int_t
+ngx_http_idempotency_list_delete(ngx_pool_t *pool, ngx_list_t *l,
+    ngx_list_part_t *prev, ngx_list_part_t *part, ngx_uint_t i)
+{
+    ngx_uint_t        last;
+    ngx_list_part_t  *tail;
+
+    last = (l->last == part);
+
+    if (i + 1 < part->nelts) {
+        tail = ngx_palloc(pool, sizeof(ngx_list_part_t));
+        if (tail == NULL) {
+            return NGX_ERROR;
+        }
+
+        tail->elts = (u_char *) part->elts + (i + 1) * l->size;
+        tail->nelts = part->nelts - i - 1;
+        tail->next = part->next;
+
+        part->next = tail;
+
+        if (last) {
+            l->last = tail;
+        }
+    }
+
+    part->nelts = i;
+
+    if (i == 0 && prev) {
+        prev->next = part->next;
+
+        if (l->last == part) {
+            l->last = prev;
+        }
+    }
+
+    /* an empty last part is the first, whole: its room is nalloc */
+
+    if (last && l->last->nelts) {
+        l->nalloc = l->last->nelts;
+    }
 
     return NGX_OK;
 }
@@ -550,6 +645,8 @@ ngx_http_idempotency_teardown(ngx_http_idempotency_ctx_t *ctx)
     if (ctx->capture) {
         ngx_destroy_pool(ctx->capture);
         ctx->capture = NULL;
+        ctx->reserve = NULL;
+        ctx->charged = NULL;
     }
 
     if (ctx->replay_pool) {

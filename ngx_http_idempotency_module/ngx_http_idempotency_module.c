@@ -320,6 +320,10 @@ static ngx_http_variable_t  ngx_http_idempotency_vars[] = {
       ngx_http_idempotency_key_variable, 0,
       NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
+    { ngx_string("idempotency_key_id"), NULL,
+      ngx_http_idempotency_key_variable, 1,
+      NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
     { ngx_string("idempotency_tier"), NULL,
       ngx_http_idempotency_tier_variable, 0,
       NGX_HTTP_VAR_NOCACHEABLE, 0 },
@@ -667,21 +671,26 @@ ngx_http_idempotency_status_variable(ngx_http_request_t *r,
 }
 
 
+/* the key itself, or (data 1) its id: what the error log names it by */
+
 static ngx_int_t
 ngx_http_idempotency_key_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data)
 {
+    ngx_str_t                   *key;
     ngx_http_idempotency_ctx_t  *ctx;
 
     ctx = ngx_http_idempotency_get_ctx(r->main);
 
-    if (ctx == NULL || ctx->key.len == 0) {
+    key = ctx == NULL ? NULL : data ? &ctx->key_id : &ctx->key;
+
+    if (key == NULL || key->len == 0) {
         v->not_found = 1;
         return NGX_OK;
     }
 
-    v->len = ctx->key.len;
-    v->data = ctx->key.data;
+    v->len = key->len;
+    v->data = key->data;
     v->valid = 1;
     v->no_cacheable = 1;
     v->not_found = 0;

@@ -123,8 +123,8 @@ ngx_http_idempotency_tier_shm(ngx_http_idempotency_ctx_t *ctx,
     ngx_http_idempotency_count(counters, shm_hits);
 
     ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                   "idempotency: key \"%V\" found in the cache zone",
-                   &ctx->key);
+                   "idempotency: key %V found in the cache zone",
+                   &ctx->key_id);
 
     return NGX_OK;
 
@@ -169,8 +169,8 @@ ngx_http_idempotency_tier_redis_done(ngx_http_idempotency_redis_op_t *op)
 
         if (op->value.data == NULL) {
             ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
-                           "idempotency: key \"%V\" not in redis",
-                           &ctx->key);
+                           "idempotency: key %V not in redis",
+                           &ctx->key_id);
 
             ngx_http_idempotency_count(counters, redis_misses);
             break;
@@ -198,8 +198,8 @@ ngx_http_idempotency_tier_redis_done(ngx_http_idempotency_redis_op_t *op)
         /* the outage itself is logged once, by the Redis client */
 
         ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
-                       "idempotency: redis lookup of key \"%V\" failed (%ui)",
-                       &ctx->key, op->rc);
+                       "idempotency: redis lookup of key %V failed (%ui)",
+                       &ctx->key_id, op->rc);
 
         ngx_http_idempotency_count(counters, redis_errors);
         break;
@@ -298,7 +298,7 @@ ngx_http_idempotency_tier_redis_entry(ngx_http_idempotency_ctx_t *ctx,
     ctx->tier = NGX_HTTP_IDEMPOTENCY_TIER_REDIS;
 
     ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
-                   "idempotency: key \"%V\" found in redis", &ctx->key);
+                   "idempotency: key %V found in redis", &ctx->key_id);
 
     return NGX_OK;
 }
@@ -357,8 +357,8 @@ ngx_http_idempotency_tier_usable(ngx_http_idempotency_ctx_t *ctx)
     }
 
     ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
-                   "idempotency: tier entry of key \"%V\" has no "
-                   "fingerprint, asking MySQL", &ctx->key);
+                   "idempotency: tier entry of key %V has no "
+                   "fingerprint, asking MySQL", &ctx->key_id);
 
     return 0;
 }

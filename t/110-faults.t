@@ -114,13 +114,6 @@ my $nkey = 0;
 
 sub fresh { return "$tag-" . shift() . '-' . ++$nkey }
 
-sub post {
-    my ($uri, $key, %o) = @_;
-    return http_one(port => $o{port} // $P, method => 'POST', uri => $uri,
-                    key => $key, body => $o{body} // 'x',
-                    timeout => $o{timeout} // 60);
-}
-
 sub idem { IdemStress::hdr($_[0], 'X-Idem') // '-' }
 sub replayed { (IdemStress::hdr($_[0], 'Idempotent-Replayed') // '') eq 'true' }
 sub desc { my $r = shift; $r->{error} ? "error: $r->{error}"
@@ -169,7 +162,7 @@ sub recovered {
     my $r;
     my $ok = eval {
         wait_for("the module to recover ($what)", 60, sub {
-            $r = post('/orders', fresh('probe'), port => $port // $P);
+            $r = post($port // $P, '/orders', fresh('probe'), timeout => 60);
             return !$r->{error} && $r->{status} == 201;
         }, 0.2);
         1;
@@ -300,7 +293,7 @@ for my $case (['MariaDB stopped and started under load', 'stop'],
 
         # hold the outage until the module has been seen failing
         my $ok = eval { wait_for('a 503 while the store is down', 30, sub {
-            my $r = post('/orders', fresh('probe'));
+            my $r = post($P, '/orders', fresh('probe'), timeout => 60);
             !$r->{error} && $r->{status} == 503;
         }, 0.1); 1 };
         ok($ok, "$name: requests get 503 while the store is down");
@@ -334,7 +327,7 @@ scenario(sub {
     $db->freeze;
 
     my $ok = eval { wait_for('a 503 while the store hangs', 30, sub {
-        my $r = post('/orders', fresh('probe'));
+        my $r = post($P, '/orders', fresh('probe'), timeout => 60);
         !$r->{error} && $r->{status} == 503;
     }, 0.1); 1 };
     ok($ok, "$name: requests get 503 (query_timeout) while it hangs");
@@ -360,7 +353,7 @@ scenario(sub {
     my $name = 'KILL of the module connections during claims';
 
     # warm the pools so the killed connections are reused ones
-    post('/patient', fresh('warm')) for 1 .. 4;
+    post($P, '/patient', fresh('warm'), timeout => 60) for 1 .. 4;
 
     $db->lock_table;
     my $lg = IdemStress::load_start(ports => [$P, $P2], uri =>
@@ -440,7 +433,8 @@ scenario(sub {
 
     # after the lease (3 s) a retry must replay, not run the order again
     wait_lease_over($k, 30);
-    my $r = post('/kq?delay=2000', $k, body => $rows->[0]{body});
+    my $r = post($P, '/kq?delay=2000', $k, body => $rows->[0]{body},
+                 timeout => 60);
     ok($r->{status} == 201 && replayed($r),
        "$name: after the lease a retry replays (not executed again)")
         or diag("retry: " . desc($r) . "; error.log: "
@@ -487,7 +481,7 @@ sub upstream_case {
         # sent, and no complete response: recorded, never run again
         ok(wait_row_state($key, 3), "$name: the outcome is recorded as "
            . "unknown");
-        my $r = post($uri, $key);
+        my $r = post($P, $uri, $key, timeout => 60);
         ok(($r->{status} // 0) == 502
            && ($r->{body} // '') =~ /problem:outcome-unknown/,
            "$name: a retry learns the outcome is unknown")
@@ -503,7 +497,7 @@ sub upstream_case {
         is(backend_count($key), 1, "$name: executed once");
     } else {
         ok(wait_row_gone($key), "$name: the key is released");
-        my $r = post($uri, $key);
+        my $r = post($P, $uri, $key, timeout => 60);
         isnt($r->{status} // 0, 409, "$name: a retry is not refused");
     }
 
@@ -572,7 +566,7 @@ scenario(sub {
     ok(wait_row_gone($key, 25), "$name: the claim is released");
     is(backend_count($key), 0, "$name: nothing went upstream");
 
-    my $again = post('/patient?delay=50', $key);
+    my $again = post($P, '/patient?delay=50', $key, timeout => 60);
     is(desc($again), '201 new', "$name: a retry executes");
     is(backend_count($key), 1, "$name: once");
     no_crash($name);
@@ -658,7 +652,7 @@ scenario(sub {
     # is the one takeover)
     my (@early, %fwd);
     for my $key (sort keys %lost) {
-        my $r = post($uri, $key, body => $lost{$key}, timeout => 30);
+        my $r = post($P, $uri, $key, body => $lost{$key}, timeout => 30);
         if (idem($r) eq 'takeover') {
             $fwd{$key}++;
         } elsif (($r->{status} // 0) != 409) {
@@ -861,7 +855,7 @@ scenario(sub {
     is($rows->[0]{status}, 201, "$name: the client got its response");
 
     wait_lease_over($k, 60);
-    my $r = post($uri, $k, port => $P2, body => $rows->[0]{body});
+    my $r = post($P2, $uri, $k, body => $rows->[0]{body}, timeout => 60);
     ok(($r->{status} // 0) == 409 || replayed($r),
        "$name: a duplicate after the lease is not executed again")
         or diag(sprintf("duplicate: %s; the store was down %.1fs of the "

@@ -48,12 +48,6 @@ $ngx = IdemStress::Nginx->start(name => 'unstorable', port => $P,
         }
 SERVER
 
-sub post {
-    my ($uri, $key) = @_;
-    return http_one(port => $P, method => 'POST', uri => $uri, key => $key,
-                    body => 'x', timeout => 30);
-}
-
 for my $case ([ 'checked before it is sent', 1048576 ],
               [ 'refused by the server', 600000 ])
 {
@@ -62,12 +56,12 @@ for my $case ([ 'checked before it is sent', 1048576 ],
     my $key = "$tag-$size";
     my $uri = "/orders?size=$size";
 
-    my $r = post($uri, $key);
+    my $r = post($P, $uri, $key);
     is($r->{status}, 201, "$name: the client gets the response");
     is(length($r->{body} // ''), $size, "$name: ... all of it");
 
     for my $i (1, 2) {
-        $r = post($uri, $key);
+        $r = post($P, $uri, $key);
         is($r->{status}, 410, "$name: retry $i gets 410");
         like($r->{body} // '', qr/response-not-stored/,
              "$name: ... response-not-stored");

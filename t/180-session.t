@@ -49,17 +49,11 @@ $ngx = IdemStress::Nginx->start(name => 'session', port => $P, workers => 2,
         }
 SERVER
 
-sub post {
-    my ($uri, $key, $body) = @_;
-    return http_one(port => $P, method => 'POST', uri => $uri, key => $key,
-                    body => $body // 'x');
-}
-
 sub idem { IdemStress::hdr($_[0], 'X-Idem') // '-' }
 
 # every byte value, quotes and backslashes included, in the response
 my $key = "$tag-binary";
-my $r1 = post('/orders?binary=1', $key);
+my $r1 = post($P, '/orders?binary=1', $key);
 is("$r1->{status} " . idem($r1), '201 new', 'the first request is executed');
 
 my @dup = http_many([ map { { port => $P, method => 'POST',
@@ -78,8 +72,8 @@ is($db->sql("SELECT state FROM idempotency_keys WHERE key_hash = X'"
 
 # a key and a body with quotes, backslashes and a gbk lead byte
 my $k2 = "$tag-quote'\\x";
-my $a1 = post('/orders', $k2, "it's a \\\"body\\\" \x{bf}\x{27}");
-my $a2 = post('/orders', $k2, "it's a \\\"body\\\" \x{bf}\x{27}");
+my $a1 = post($P, '/orders', $k2, body => "it's a \\\"body\\\" \x{bf}\x{27}");
+my $a2 = post($P, '/orders', $k2, body => "it's a \\\"body\\\" \x{bf}\x{27}");
 is(idem($a1) . ' ' . idem($a2), 'new replay',
    'a key and a body with quotes and backslashes: new, then replay');
 is(backend_count($k2), 1, '... executed once');

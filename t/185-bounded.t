@@ -66,12 +66,6 @@ $ngx = IdemStress::Nginx->start(name => 'bounded', port => $P,
     }
 HTTP
 
-sub post {
-    my ($uri, $key, $body) = @_;
-    return http_one(port => $P, method => 'POST', uri => $uri, key => $key,
-                    body => $body // 'x', timeout => 30);
-}
-
 sub st { my ($r) = @_; return ($r->{status} // 0) . ' '
          . (IdemStress::hdr($r, 'X-Idem') // '-') }
 
@@ -98,13 +92,13 @@ sub bg {
 # ---------------------------------------------------------------- 422
 {
     my $key = "$tag-fp";
-    my $r = post('/orders?size=300000', $key);
+    my $r = post($P, '/orders?size=300000', $key);
     is(st($r), '201 new', 'a 300 KB response stored');
     sleep 0.2;
 
     my $before = bytes_sent();
     for (1 .. 5) {
-        is(st(post('/orders?size=300000', $key, 'other body')),
+        is(st(post($P, '/orders?size=300000', $key, body => 'other body')),
            '422 mismatch', "mismatch $_: 422");
     }
     my $mismatch = bytes_sent() - $before;
@@ -112,7 +106,7 @@ sub bg {
            "5 mismatches: the response never left MySQL ($mismatch bytes)");
 
     $before = bytes_sent();
-    $r = post('/orders?size=300000', $key);
+    $r = post($P, '/orders?size=300000', $key);
     is(st($r), '201 replay', 'the matching retry is replayed');
     is(length $r->{body}, 300000, '... in full');
     my $replay = bytes_sent() - $before;
@@ -150,7 +144,7 @@ sub bg {
     my $a = bg(key => $ka, body => 'x',
                uri => '/orders?size=450000&slow_body=1500');
     sleep 0.5;
-    my $b = post('/orders?size=450000', $kb);
+    my $b = post($P, '/orders?size=450000', $kb);
     is(st($b), '201 new', 'the second at once: the client gets it');
     is(length $b->{body}, 450000, '... in full');
     my $ra = $a->();
@@ -158,10 +152,10 @@ sub bg {
     is($ra->{len}, 450000, '... in full');
     sleep 0.2;
 
-    my $r = post('/orders?size=450000&slow_body=1500', $ka);
+    my $r = post($P, '/orders?size=450000&slow_body=1500', $ka);
     is(st($r), '201 replay', 'the one that fitted is replayed');
     is(length $r->{body}, 450000, '... in full');
-    is(st(post('/orders?size=450000', $kb)), '410 unstored',
+    is(st(post($P, '/orders?size=450000', $kb)), '410 unstored',
        'the one over the cap: 410 to its retry');
     is(backend_count($ka) + backend_count($kb), 2, 'each executed once');
     like($ngx->error_log, qr/\[warn\].*response of key ${\ key_id($kb)} not stored: the responses being stored by this worker hold \d+ of idempotency_capture_memory 1048576/,
@@ -169,9 +163,9 @@ sub bg {
 
     # all of it was given back: a response of 300 KB is stored again
     my $kc = "$tag-mem-c";
-    post('/orders?size=300000', $kc);
+    post($P, '/orders?size=300000', $kc);
     sleep 0.2;
-    is(st(post('/orders?size=300000', $kc)), '201 replay',
+    is(st(post($P, '/orders?size=300000', $kc)), '201 replay',
        'the memory was given back: the next one is stored');
 }
 
@@ -209,7 +203,7 @@ SKIP: {
     }
     close $wr;
 
-    my $r = post('/big', $key, $body);
+    my $r = post($P, '/big', $key, body => $body);
     IdemStress::write_file("$IdemStress::DIR/bounded-stop-$pid", '');
     my ($worst, $pings) = split ' ', <$rd>;
     waitpid $pid, 0;
@@ -229,12 +223,13 @@ SKIP: {
     is($row, Digest::SHA::sha256_hex("idempotency-fp/1POST\0/big\0$body"),
        'the fingerprint is the SHA-256 of the whole request');
 
-    is(st(post('/big', $key, $body)), '201 replay', 'the same body: replay');
+    is(st(post($P, '/big', $key, body => $body)), '201 replay',
+       'the same body: replay');
     substr($body, -1, 1) = 'x';
-    is(st(post('/big', $key, $body)), '422 mismatch',
+    is(st(post($P, '/big', $key, body => $body)), '422 mismatch',
        'the last byte changed: 422');
     substr($body, 0, 1) = 'x';
-    is(st(post('/big', $key, $body)), '422 mismatch',
+    is(st(post($P, '/big', $key, body => $body)), '422 mismatch',
        'the first byte changed: 422');
 }
 

@@ -149,12 +149,6 @@ $ngx = IdemStress::Nginx->start(name => 'tls', port => $P, workers => 1,
     http => join('', map { $loc{$_} } sort keys %loc)
             . server_block($P, $locations));
 
-sub post {
-    my ($port, $uri, $key) = @_;
-    return http_one(port => $port, method => 'POST', uri => $uri,
-                    key => $key, body => 'x');
-}
-
 sub idem { IdemStress::hdr($_[0], 'X-Idem') // '-' }
 
 sub store_down {

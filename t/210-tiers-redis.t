@@ -69,7 +69,7 @@ IdemTest::orders_location(via => 'plain', add_header => 'X-Idem X-Tier')
 my %q = (key => 't210-1', uri => '/orders?cookies=2', body => 'x');
 my $r = http_req(%q);
 is($r->{status}, 201, 'first request executed');
-Time::HiRes::sleep(0.2);
+wait_redis($ENV{TEST_NGINX_REDIS_PORT}, 'main', 't210-1');
 my $m = http_req(%q, headers => ['X-Via: plain']);
 is($m->{tier}, 'mysql', 'the store without tiers replays from MySQL');
 my $s = http_req(%q);
@@ -89,8 +89,9 @@ Idempotent-Replayed: true
 Content-Type: application/json
 --- raw_response_headers_like: Set-Cookie: c1=v1; Path=/\r\nSet-Cookie: c2=v2; Path=/\r\n
 --- response_body_like: ^\{"order_id":"ord-\d+","key":"t210-1","execution":1,
---- error_log
-idempotency: key "t210-1" found in redis
+--- error_log eval
+"idempotency: key " . substr(IdemTest::key_hash_hex('t210-1'), 0, 8)
+. " found in redis"
 --- no_error_log
 [error]
 [warn]
@@ -107,7 +108,7 @@ IdemTest::orders_location(idempotency_max_response_size => '2m',
 my $r = http_req(key => 't210-2', uri => '/orders?size=500000', body => 'x');
 is($r->{status}, 201, 'executed');
 is(length $r->{body}, 500000, 'executed: whole body');
-Time::HiRes::sleep(0.3);
+wait_redis($ENV{TEST_NGINX_REDIS_PORT}, 'main', 't210-2');
 --- more_headers
 Idempotency-Key: t210-2
 --- request
@@ -132,7 +133,7 @@ TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}")
 IdemTest::orders_location(add_header => 'X-Idem X-Tier')
 --- init
 is(http_req(key => 't210-3', body => 'first')->{status}, 201, 'executed');
-Time::HiRes::sleep(0.2);
+wait_redis($ENV{TEST_NGINX_REDIS_PORT}, 'main', 't210-3');
 --- more_headers
 Idempotency-Key: t210-3
 --- request eval
@@ -155,7 +156,7 @@ TierTest::tier_stores(main => "redis=127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}")
 IdemTest::orders_location(idempotency_ttl => '1h', add_header => 'X-Tier')
 --- init
 is(http_req(key => 't210-4', body => 'x')->{status}, 201, 'executed');
-Time::HiRes::sleep(0.2);
+wait_redis($ENV{TEST_NGINX_REDIS_PORT}, 'main', 't210-4');
 my $ttl = redis_cmd($ENV{TEST_NGINX_REDIS_PORT}, 'TTL',
                     redis_key('main', '', 't210-4'));
 cmp_ok($ttl, '>', 3590, "TTL $ttl close to the retention");
@@ -184,12 +185,15 @@ IdemTest::orders_location(via => 'plain', idempotency_ttl => '1h',
 --- init
 is(http_req(key => 't210-5', body => 'x', headers => ['X-Via: plain'])->{status},
    201, 'executed through the store without tiers');
-Time::HiRes::sleep(0.2);
 is(redis_cmd($ENV{TEST_NGINX_REDIS_PORT}, 'EXISTS',
              redis_key('main', '', 't210-5')), 0, 'not in Redis yet');
-sleep 2;
+# until less than the whole retention is left
+IdemStress::wait_for('the retention of t210-5 to run down', 10, sub {
+    sql("SELECT TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(3), expires_at)"
+        . " FROM idempotency_keys WHERE key_hash = X'"
+        . key_hash_hex('t210-5') . "'") <= 3597 });
 is(http_req(key => 't210-5', body => 'x')->{tier}, 'mysql', 'MySQL replays');
-Time::HiRes::sleep(0.2);
+wait_redis($ENV{TEST_NGINX_REDIS_PORT}, 'main', 't210-5');
 my $ttl = redis_cmd($ENV{TEST_NGINX_REDIS_PORT}, 'TTL',
                     redis_key('main', '', 't210-5'));
 cmp_ok($ttl, '>', 3585, "TTL $ttl: the retention left");
@@ -249,7 +253,7 @@ IdemTest::orders_location(add_header => 'X-Idem X-Tier')
 my $port = $ENV{TEST_NGINX_REDIS_PORT};
 my $key = redis_key('main', '', 't210-7');
 is(http_req(key => 't210-7', body => 'x')->{status}, 201, 'executed');
-Time::HiRes::sleep(0.2);
+wait_redis($port, 'main', 't210-7');
 my $good = redis_cmd($port, 'GET', $key);
 ok(length($good) > 84, 'the completion wrote an entry');
 my $rec = IdemTest::record(200, [], 'seeded, never to be replayed');
@@ -298,7 +302,8 @@ for my $b (@bad) {
     is($r->{status}, 201, "$b->[1]: replayed");
     is($r->{tier}, 'mysql', "$b->[1]: by MySQL");
     like($r->{body}, qr/"execution":1,/, "$b->[1]: the executed response");
-    Time::HiRes::sleep(0.1);
+    IdemStress::wait_for("$b->[1]: the entry written over", 10, sub {
+        (redis_cmd($port, 'GET', $key) // '') ne $b->[0] });
     is(http_req(key => 't210-7', body => 'x')->{tier}, 'redis',
        "$b->[1]: the MySQL replay wrote a good entry over it");
 }
@@ -346,15 +351,15 @@ IdemTest::orders_location(idempotency_lease => '6s',
     add_header => 'X-Idem X-Tier')
 --- init
 my $key = redis_key('main', '', 't210-8');
-bg_request('POST', '/orders?delay=1500', 't210-8', 'x', 0.5);
+my $pid = bg_request('POST', '/orders?delay=1500', 't210-8', 'x', 'claimed');
 my $d = http_req(key => 't210-8', uri => '/orders?delay=1500', body => 'x');
 is($d->{status}, 409, 'in flight: 409');
 is($d->{tier}, 'mysql', 'in flight: decided by MySQL');
 is(redis_cmd($ENV{TEST_NGINX_REDIS_PORT}, 'EXISTS', $key), 0,
    'in flight: nothing in Redis');
-Time::HiRes::sleep(1.8);
-is(redis_cmd($ENV{TEST_NGINX_REDIS_PORT}, 'EXISTS', $key), 1,
-   'completed: in Redis');
+waitpid $pid, 0;
+wait_redis($ENV{TEST_NGINX_REDIS_PORT}, 'main', 't210-8');
+pass('completed: in Redis');
 --- more_headers
 Idempotency-Key: t210-8
 --- request
@@ -410,11 +415,10 @@ IdemTest::orders_location(via => 'plain strict',
 # executed with fingerprints compared: the row holds the real one
 is(http_req(key => 't210-fp', body => 'x', headers => ['X-Via: plain'])->{status},
    201, 'executed');
-Time::HiRes::sleep(0.2);
 # a replay that did not compare: its entry cannot know the fingerprint
 my $r = http_req(key => 't210-fp', body => 'x');
 is($r->{tier}, 'mysql', 'replayed by MySQL, entry written');
-Time::HiRes::sleep(0.1);
+wait_redis($ENV{TEST_NGINX_REDIS_PORT}, 'main', 't210-fp');
 is(http_req(key => 't210-fp', body => 'other')->{tier}, 'redis',
    'a request that does not compare is served by Redis');
 --- more_headers eval
@@ -448,7 +452,9 @@ IdemTest::orders_location(add_header => 'X-Tier') . q{
 is(http_req(key => 't210-10', body => 'x')->{status}, 201, 'unix: executed');
 is(http_req(key => 't210-10a', uri => '/auth/x', body => 'x')->{status}, 201,
    'auth: executed');
-Time::HiRes::sleep(0.2);
+wait_redis($ENV{TEST_NGINX_REDIS_PORT}, 'main', 't210-10');
+wait_redis($ENV{TEST_NGINX_REDIS2_PORT}, 'auth', 't210-10a',
+           ['AUTH', 't210-pass'], ['SELECT', '3']);
 my @in3 = main::r2(['SELECT', '3'],
                   ['EXISTS', redis_key('auth', '', 't210-10a')]);
 is($in3[2], 1, 'stored in database 3');
@@ -478,7 +484,6 @@ is(http_req(key => 't210-11', body => 'x')->{status}, 201, 'executed');
 for (1 .. 4) {
     my $r = http_req(key => 't210-11', body => 'x');
     is($r->{tier}, 'mysql', 'replayed by MySQL');
-    Time::HiRes::sleep(0.15);
 }
 --- more_headers
 Idempotency-Key: t210-11
@@ -504,7 +509,7 @@ IdemTest::orders_location(add_header => 'X-Idem X-Tier')
 --- init
 my $port = $ENV{TEST_NGINX_REDIS2_PORT};
 is(http_req(key => 't210-12', body => 'x')->{status}, 201, 'executed');
-Time::HiRes::sleep(0.2);
+wait_redis($port, 'main', 't210-12', ['AUTH', 't210-pass']);
 is(http_req(key => 't210-12', body => 'x')->{tier}, 'redis', 'from Redis');
 redis_signal($port, 'STOP');
 for (1 .. 5) {
@@ -513,7 +518,6 @@ for (1 .. 5) {
     is($r->{tier}, 'mysql', 'hung: by MySQL');
     cmp_ok($r->{elapsed}, '<', 1, 'hung: bounded by redis_timeout')
         unless $ENV{TEST_NGINX_USE_VALGRIND};
-    Time::HiRes::sleep(0.15);
 }
 --- more_headers
 Idempotency-Key: t210-12
@@ -540,11 +544,10 @@ IdemTest::orders_location(add_header => 'X-Tier')
 my $port = $ENV{TEST_NGINX_REDIS2_PORT};
 redis_signal($port, 'CONT');
 is(http_req(key => 't210-13', body => 'x')->{status}, 201, 'executed');
-Time::HiRes::sleep(0.2);
+wait_redis($port, 'main', 't210-13', ['AUTH', 't210-pass']);
 redis_signal($port, 'STOP');
 for (1 .. 4) {
     is(http_req(key => 't210-13', body => 'x')->{tier}, 'mysql', 'hung: MySQL');
-    Time::HiRes::sleep(0.2);
 }
 redis_signal($port, 'CONT');
 my $r = wait_for_tier('redis', 15, key => 't210-13', body => 'x');
@@ -571,14 +574,13 @@ IdemTest::orders_location(add_header => 'X-Tier')
 my $port = $ENV{TEST_NGINX_REDIS2_PORT};
 redis_signal($port, 'CONT');
 is(http_req(key => 't210-14', body => 'x')->{status}, 201, 'executed');
-Time::HiRes::sleep(0.2);
+wait_redis($port, 'main', 't210-14', ['AUTH', 't210-pass']);
 is(http_req(key => 't210-14', body => 'x')->{tier}, 'redis', 'from Redis');
 stop_redis($port);
 for (1 .. 3) {
     my $r = http_req(key => 't210-14', body => 'x');
     is($r->{status}, 201, 'stopped: replayed');
     is($r->{tier}, 'mysql', 'stopped: by MySQL');
-    Time::HiRes::sleep(0.15);
 }
 start_redis($port, '--requirepass', 't210-pass');
 my $r = wait_for_tier('redis', 15, key => 't210-14', body => 'x');
@@ -607,7 +609,6 @@ IdemTest::orders_location(add_header => 'X-Tier')
 is(http_req(key => 't210-15', body => 'x')->{status}, 201, 'executed');
 for (1 .. 3) {
     is(http_req(key => 't210-15', body => 'x')->{tier}, 'mysql', 'MySQL');
-    Time::HiRes::sleep(0.15);
 }
 --- more_headers
 Idempotency-Key: t210-15
@@ -634,12 +635,12 @@ IdemTest::orders_location(add_header => 'X-Tier')
 --- init
 my $port = $ENV{TEST_NGINX_REDIS2_PORT};
 is(http_req(key => 't210-16', body => 'x')->{status}, 201, 'executed');
-Time::HiRes::sleep(0.2);
+wait_redis($port, 'main', 't210-16', ['AUTH', 't210-pass']);
 redis_signal($port, 'STOP');
 my $r = http_req(key => 't210-16', body => 'x', timeout => 0.1);
 is($r->{status}, 0, 'the client gave up before an answer');
 # the lookup it left behind times out meanwhile
-Time::HiRes::sleep($ENV{TEST_NGINX_REDIS_TIMEOUT_MS} / 1000 + 0.5);
+wait_log(qr/lookup timed out/);
 --- more_headers
 Idempotency-Key: t210-16
 --- request
@@ -735,7 +736,7 @@ is("$r->{status} $r->{tier}", '201 mysql', 'another secret: a miss, executed');
 # what the module writes carries the first secret's tag
 $r = http_req(key => 't210-22-w', body => 'x');
 is($r->{status}, 201, 'executed');
-Time::HiRes::sleep(0.2);
+wait_redis($port, 'main', 't210-22-w');
 my $v = redis_cmd($port, 'GET', redis_key('main', '', 't210-22-w'));
 my $entry = substr($v, 0, -32);
 is(unpack('H*', substr($v, -32)),
@@ -774,11 +775,11 @@ $r = http_req(key => 't210-23-big', uri => '/orders?size=6000', body => 'x');
 is($r->{status}, 201, 'a 6 KB response executed');
 $r = http_req(key => 't210-23-small', uri => '/orders?size=100', body => 'x');
 is($r->{status}, 201, 'a 100-byte response executed');
-Time::HiRes::sleep(0.2);
+# the entries go out in order on one connection: once the later one is
+# there, the earlier one would be too
+wait_redis($port, 'main', 't210-23-small');
 is(redis_cmd($port, 'EXISTS', redis_key('main', '', 't210-23-big')), 0,
    'the 6 KB entry is not in Redis');
-is(redis_cmd($port, 'EXISTS', redis_key('main', '', 't210-23-small')), 1,
-   'the 100-byte entry is');
 --- more_headers
 Idempotency-Key: t210-23-big
 --- request

@@ -30,12 +30,6 @@ END {
 
 $ngx = IdemStress::metrics_nginx(name => 'metrics', port => $P, workers => 2);
 
-sub post {
-    my ($key, $uri) = @_;
-    return http_one(port => $P, method => 'POST', uri => $uri // '/orders',
-                    key => $key, body => 'x', timeout => 30);
-}
-
 sub scrape {
     my $r = http_one(port => $P, method => 'GET', uri => '/metrics');
     die "scrape: " . ($r->{error} // $r->{status}) . "\n"
@@ -52,11 +46,11 @@ my $new0 = metric($m0, 'nginx_idempotency_requests_total',
 is($new0, 0, 'a fresh nginx: no request counted');
 
 for my $i (1 .. 5) {
-    is(post("$tag-$i")->{status}, 201, "key $i executed");
+    is(post($P, '/orders', "$tag-$i")->{status}, 201, "key $i executed");
 }
 sleep 0.3;
 for my $i (1 .. 5) {
-    post("$tag-$i") for 1 .. 2;
+    post($P, '/orders', "$tag-$i") for 1 .. 2;
 }
 
 my $m = scrape();
@@ -81,7 +75,7 @@ is(metric($m, 'nginx_idempotency_redis_up', store => 'main'), 1,
 my $slow = "$tag-slow";
 my $pid = fork // die "fork: $!";
 if ($pid == 0) {
-    post($slow, '/orders?delay=2500');
+    post($P, '/orders?delay=2500', $slow);
     POSIX::_exit(0);
 }
 sleep 0.5;
@@ -89,7 +83,7 @@ my @held;
 for (1 .. 2) {
     my $h = fork // die "fork: $!";
     if ($h == 0) {
-        post($slow, '/orders?delay=2500');
+        post($P, '/orders?delay=2500', $slow);
         POSIX::_exit(0);
     }
     push @held, $h;
@@ -132,7 +126,8 @@ IdemStress::wait_for('new workers after the reload', 30, sub {
                               =~ /shutting/ } @w;
 }, 0.2);
 sleep 1;
-is(post("$tag-after-reload")->{status}, 201, 'a new key after the reload');
+is(post($P, '/orders', "$tag-after-reload")->{status}, 201,
+   'a new key after the reload');
 my $reloaded = scrape();
 is(metric($reloaded, 'nginx_idempotency_requests_total', store => 'main',
           status => 'new'), $new_before + 1,

@@ -73,19 +73,14 @@ SERVER
 
 sub idem { IdemStress::hdr($_[0], 'X-Idem') // '-' }
 
-sub post {
-    my ($key, %o) = @_;
-    return { port => $P, method => 'POST', uri => $o{uri} // '/orders',
-             key => $key, body => $o{body} // 'x' };
-}
-
 # ------------------------------------------------------------------------
 # 32 new keys, each sent twice, all at once
 
 my @keys = map { "$tag-k$_" } 1 .. 32;
 my $c0 = counters();
-my @res = http_many([ map { (post($_, uri => '/orders?delay=500'),
-                             post($_, uri => '/orders?delay=500')) } @keys ],
+my @res = http_many([ map { my $q = post($P, '/orders?delay=500', $_,
+                                         spec => 1);
+                            ($q, { %$q }) } @keys ],
                     timeout => 60);
 my $c1 = counters();
 
@@ -107,8 +102,8 @@ for my $i (0 .. $#res) {
     $first{ $keys[int($i / 2)] } = $r->{body} if idem($r) eq 'new';
 }
 
-@res = http_many([ map { post($_, uri => '/orders?delay=500') } @keys ],
-                 timeout => 60);
+@res = http_many([ map { post($P, '/orders?delay=500', $_, spec => 1) }
+                   @keys ], timeout => 60);
 is(scalar(grep { $_->{status} == 201 && idem($_) eq 'replay' } @res), 32,
    'then each key is replayed');
 is(scalar(grep { $res[$_]->{body} ne ($first{ $keys[$_] } // '') }
@@ -126,15 +121,16 @@ ok($upd < 32, "completions share UPDATE statements ($upd for 32)");
 # most claims find their key: a claim starts with its READ, and a new key
 # is still claimed once
 
-http_many([ map { post($keys[$_ % 32]) } 1 .. 48 ], timeout => 30);
+http_many([ map { post($P, '/orders', $keys[$_ % 32], spec => 1) } 1 .. 48 ],
+          timeout => 30);
 
 my $new = "$tag-after";
-my $r = http_one(%{ post($new) });
+my $r = post($P, '/orders', $new);
 is("$r->{status} " . idem($r), '201 new',
    'a new key after many duplicates: forwarded');
-$r = http_one(%{ post($new) });
+$r = post($P, '/orders', $new);
 is("$r->{status} " . idem($r), '201 replay', '... then replayed');
-$r = http_one(%{ post($new, body => 'y') });
+$r = post($P, '/orders', $new, body => 'y');
 is("$r->{status} " . idem($r), '422 mismatch',
    '... and a different body is refused');
 is(backend_count($new), 1, '... executed once');
@@ -144,9 +140,9 @@ is(backend_count($new), 1, '... executed once');
 # idempotency_on_store_error pass, it is still not forwarded
 
 my $k = "$tag-noread";
-$r = http_one(%{ post($k, uri => '/noread') });
+$r = post($P, '/noread', $k);
 is("$r->{status} " . idem($r), '201 new', 'pass: a new key is forwarded');
-$r = http_one(%{ post($k, uri => '/noread') });
+$r = post($P, '/noread', $k);
 is($r->{status}, 503, '... its duplicate, whose READ fails, gets 503');
 is(backend_count($k), 1, '... and is not forwarded: executed once');
 like($ngx->error_log, qr/claim of key \Q@{[ key_id($k) ]}\E failed: .*rejecting the request \(the key exists: never passed\)/,

@@ -257,7 +257,9 @@ sub import {
 }
 
 # fires a request in the background (so a block's own request can race
-# it), then gives it a head start of $delay seconds
+# it), then gives it a head start of $delay seconds, or, with 'claimed',
+# until its claim is in the table (the key's row in state 0); returns the
+# pid of its client (waitpid: the request has its whole answer)
 sub bg_request {
     my ($method, $uri, $key, $body, $delay) = @_;
 
@@ -272,7 +274,12 @@ sub bg_request {
         exit 1;
     }
 
-    select(undef, undef, undef, $delay // 0.5);
+    if (defined $delay && $delay eq 'claimed') {
+        wait_state($key, 0);
+
+    } else {
+        select(undef, undef, undef, $delay // 0.5);
+    }
 
     return $pid;
 }

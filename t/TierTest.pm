@@ -26,7 +26,7 @@ use IdemTest ();
 
 our @EXPORT = qw(http_req strip_volatile redis_cmd redis_key free_port
                  start_redis stop_redis redis_signal tier_stores
-                 wait_for_tier);
+                 wait_for_tier wait_redis wait_log reload_nginx);
 
 # The real Test::Nginx evaluates "--- init" code in package
 # Test::Nginx::Util, our runner in main: make the helpers callable there
@@ -284,6 +284,69 @@ sub tier_stores {
 
     return $out . "upstream backend { server 127.0.0.1:"
                 . "$ENV{TEST_NGINX_BACKEND_PORT}; }\n";
+}
+
+# Waits (10 s at most) until the Redis on $port holds the entry of $key
+# (scope '') in $store: a completion or a MySQL replay writes it after the
+# client has its answer, without waiting for Redis.  @pre: commands sent
+# first on the same connection (['AUTH', ...], ['SELECT', ...]).
+sub wait_redis {
+    my ($port, $store, $key, @pre) = @_;
+    my $k = redis_key($store, '', $key);
+
+    IdemStress::wait_for("the Redis entry of $key", 10, sub {
+        my @r = redis_cmd($port, @pre, ['EXISTS', $k]);
+        return $r[-1] eq '1';
+    });
+}
+
+# waits (10 s at most) until a line of the error log matches $re
+sub wait_log {
+    my ($re) = @_;
+
+    no warnings 'once';
+    my $log = $Test::Nginx::Util::ErrLogFile
+              // $Test::Nginx::Socket::ErrLogFile;
+
+    IdemStress::wait_for("an error-log line like $re", 10, sub {
+        open my $fh, '<', $log or die "$log: $!";
+        return scalar grep { /$re/ } <$fh>;
+    });
+}
+
+# the pids of the processes whose parent is $ppid
+sub _children {
+    my ($ppid) = @_;
+    my @pids;
+
+    opendir my $d, '/proc' or die "/proc: $!";
+    for my $pid (grep { /^\d+$/ } readdir $d) {
+        open my $fh, '<', "/proc/$pid/stat" or next;
+        my $stat = <$fh> // next;
+        # pid (comm) state ppid ...: comm may hold spaces and parentheses
+        push @pids, $pid if $stat =~ /\) \S+ (\d+) / && $1 == $ppid;
+    }
+
+    return @pids;
+}
+
+# HUP to the master of the test's nginx; waits (15 s at most) until none
+# of the workers it had runs any more and new ones do
+sub reload_nginx {
+    my $pidfile = "$ENV{TEST_NGINX_SERVER_ROOT}/logs/nginx.pid";
+
+    open my $fh, '<', $pidfile or die "$pidfile: $!";
+    chomp(my $master = <$fh>);
+
+    my %old = map { $_ => 1 } _children($master);
+    die "reload_nginx: no workers under $master\n" unless %old;
+
+    kill 'HUP', $master or die "HUP $master: $!";
+
+    IdemStress::wait_for('the new workers of the reload', 15, sub {
+        my @now = _children($master);
+        return @now && !grep { $old{$_} } @now;
+    });
 }
 
 # repeats a request until its X-Tier says $tier (or $secs pass); returns

@@ -35,8 +35,8 @@ use Socket qw(PF_INET SOCK_STREAM SOL_SOCKET SO_ERROR SO_LINGER
               IPPROTO_TCP TCP_NODELAY inet_aton sockaddr_in);
 use Time::HiRes qw(time sleep);
 
-our @EXPORT = qw(port http_many http_one backend_count wait_for request_for
-                 pct_encode key_hash_hex key_id store_line server_block
+our @EXPORT = qw(port http_many http_one post backend_count wait_for
+                 request_for pct_encode key_hash_hex key_id store_line server_block
                  summarize_burst
                  $ROOT $BUILD $BACKEND_PORT $MODULE $NGINX);
 
@@ -491,6 +491,18 @@ sub http_one {
     my $timeout = delete $q{timeout} // 30;
     my ($res) = http_many([\%q], timeout => $timeout);
     return $res;
+}
+
+# a POST of $o{body} ("x") with the key $key to the nginx on $port: its
+# response (http_one, $o{timeout} 30 s); with spec => 1 the request
+# itself, for http_many
+sub post {
+    my ($port, $uri, $key, %o) = @_;
+    my %q = (port => $port, method => 'POST', uri => $uri, key => $key,
+             body => $o{body} // 'x');
+
+    return \%q if $o{spec};
+    return http_one(%q, timeout => $o{timeout} // 30);
 }
 
 sub backend_count {
