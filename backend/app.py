@@ -32,6 +32,8 @@ Query parameters of an execution (combinable):
     charset=CS   the JSON answer as "application/json; charset=CS"
     etag=V       an ETag: "V" header
     lastmod=1    a Last-Modified header (Mon, 02 Jan 2006 15:04:05 GMT)
+    expires=1    Expires: Thu, 01 Jan 1970 00:00:01 GMT and Cache-Control:
+                 no-cache
     location=URL Location: URL instead of /orders/ord-<n> (percent-encoded)
 
 Default answer: 201 for POST, 200 otherwise, application/json,
@@ -343,6 +345,9 @@ def execute(method, uri, query, key, total, execution, reqbody):
         headers.append(("ETag", '"%s"' % p["etag"]))
     if p.get("lastmod") == "1":
         headers.append(("Last-Modified", "Mon, 02 Jan 2006 15:04:05 GMT"))
+    if p.get("expires") == "1":
+        headers.append(("Expires", "Thu, 01 Jan 1970 00:00:01 GMT"))
+        headers.append(("Cache-Control", "no-cache"))
     headers.append(("X-Execution", str(execution)))
     headers.append(("X-Order-Id", order))
     for i in range(1, int_param(p, "cookies") + 1):

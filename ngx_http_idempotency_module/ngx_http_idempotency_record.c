@@ -485,14 +485,21 @@ ngx_http_idempotency_record_apply(ngx_http_request_t *r,
             continue;
         }
 
-        /* the answer to a HEAD: the length its header was sent with */
+        /*
+         * the answer to a HEAD: the length its header was sent with, for
+         * a HEAD only (without fingerprints, another method may come with
+         * the key, and gets the record's empty body)
+         */
 
         if (kv[i].key.len == ngx_http_idempotency_length.len
             && ngx_strncmp(kv[i].key.data, ngx_http_idempotency_length.data,
                            kv[i].key.len) == 0)
         {
-            r->headers_out.content_length_n = kv[i].value.len
-                ? ngx_atoof(kv[i].value.data, kv[i].value.len) : -1;
+            if (r->method == NGX_HTTP_HEAD) {
+                r->headers_out.content_length_n = kv[i].value.len
+                    ? ngx_atoof(kv[i].value.data, kv[i].value.len) : -1;
+            }
+
             continue;
         }
 

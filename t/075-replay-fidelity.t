@@ -405,3 +405,62 @@ Content-Length: 3
 {}
 --- no_error_log
 [error]
+
+
+
+=== TEST 10: "expires" rewrites the backend's Expires and Cache-Control in place, on the replay as on the first answer
+--- http_config eval
+main::stores()
+--- config eval
+main::locations('expires 1h;')
+--- init
+for my $s (qw(m s r)) {
+    my $key = "t075-10-$s";
+    my ($f, $r) = main::first_and_replay($s, key => $key, body => 'x',
+        uri => "/$s/orders?expires=1");
+    for my $x ([first => $f], [replay => $r]) {
+        is(scalar @{$x->[1]{headers}{expires} // []}, 1,
+           "$s: one Expires in the $x->[0] answer");
+        is_deeply($x->[1]{headers}{'cache-control'}, ['max-age=3600'],
+                  "$s: the $x->[0] answer's Cache-Control");
+    }
+    like($r->{raw}, qr/\r\nIdempotent-Replayed: true\r\n/, "$s: a replay");
+    is($r->{tier}, $main::TIER{$s}, "$s: from $main::TIER{$s}");
+    is(http_req(method => 'GET', uri => "/count?key=$key")->{body}, '1',
+       "$s: the backend ran once");
+}
+--- request
+POST /m/orders?expires=1
+x
+--- more_headers
+Idempotency-Key: t075-10-m
+--- error_code: 201
+--- response_headers
+Idempotent-Replayed: true
+Cache-Control: max-age=3600
+--- no_error_log
+[error]
+
+
+
+=== TEST 11: without fingerprints, a POST with a HEAD's key gets the record's empty body with Content-Length: 0, not the HEAD's length
+--- http_config eval
+main::stores()
+--- config eval
+main::locations('idempotency_fingerprint off;')
+--- init
+my $h = http_req(method => 'HEAD', key => 't075-11', uri => '/m/orders?size=1234');
+like($h->{raw}, qr/\r\nContent-Length: 1234\r\n/, 'the HEAD answer has its length');
+wait_state('t075-11', 1);
+--- request
+POST /m/orders?size=1234
+x
+--- more_headers
+Idempotency-Key: t075-11
+--- error_code: 200
+--- response_headers
+Idempotent-Replayed: true
+Content-Length: 0
+--- response_body
+--- no_error_log
+[error]
