@@ -34,6 +34,7 @@ Query parameters of an execution (combinable):
     lastmod=1    a Last-Modified header (Mon, 02 Jan 2006 15:04:05 GMT)
     expires=1    Expires: Thu, 01 Jan 1970 00:00:01 GMT and Cache-Control:
                  no-cache
+    accel_charset=CS  an X-Accel-Charset: CS header
     location=URL Location: URL instead of /orders/ord-<n> (percent-encoded)
 
 Default answer: 201 for POST, 200 otherwise, application/json,
@@ -348,6 +349,8 @@ def execute(method, uri, query, key, total, execution, reqbody):
     if p.get("expires") == "1":
         headers.append(("Expires", "Thu, 01 Jan 1970 00:00:01 GMT"))
         headers.append(("Cache-Control", "no-cache"))
+    if p.get("accel_charset"):
+        headers.append(("X-Accel-Charset", p["accel_charset"]))
     headers.append(("X-Execution", str(execution)))
     headers.append(("X-Order-Id", order))
     for i in range(1, int_param(p, "cookies") + 1):

@@ -19,8 +19,8 @@
  *     decoder accepts nothing but the canonical encoding;
  *   - apply sets the status and Content-Length (a ":length" field's, if
  *     any), takes the Content-Type and the pseudo-headers (":status",
- *     ":length", ":location") out of the list and pushes every other
- *     header, in order.
+ *     ":length", ":location", ":override-charset") out of the list and
+ *     pushes every other header, in order.
  * AddressSanitizer catches any read outside the (exactly sized) input.
  */
 
@@ -63,6 +63,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     u_char                          *in, *enc, *p, *next;
     off_t                            clen;
+    ngx_str_t                       *oc;
     size_t                           elen;
     ngx_int_t                        rc;
     ngx_uint_t                       i, j, ct, nct, sl;
@@ -207,6 +208,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     nct = 0;
     ct = 0;
     sl = 0;
+    oc = NULL;
     part = &r->headers_out.headers.part;
     h = part->elts;
     j = 0;
@@ -215,6 +217,13 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
         if (kv[i].key.len == 7 && memcmp(kv[i].key.data, ":status", 7) == 0) {
             sl = i + 1;
+            continue;
+        }
+
+        if (kv[i].key.len == 17
+            && memcmp(kv[i].key.data, ":override-charset", 17) == 0)
+        {
+            oc = &kv[i].value;
             continue;
         }
 
@@ -258,6 +267,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         fuzz_assert(r->headers_out.content_type.len == 0);
     }
+
+    fuzz_assert(r->headers_out.override_charset == oc);
 
     if (sl) {
         fuzz_assert(r->headers_out.status_line.data == kv[sl - 1].value.data

@@ -117,7 +117,7 @@ fuzz_unsendable(ngx_str_t *name, ngx_str_t *value)
     size_t  i;
 
     /* format 2's fields: a decimal length (19 digits at most) or none;
-     * an empty mark */
+     * an empty mark; a charset, a value like any other */
 
     if (name->len == 7 && memcmp(name->data, ":length", 7) == 0) {
         if (value->len > 19) {
@@ -137,7 +137,10 @@ fuzz_unsendable(ngx_str_t *name, ngx_str_t *value)
         return value->len != 0;
     }
 
-    if (!(name->len == 7 && memcmp(name->data, ":status", 7) == 0)) {
+    if (!(name->len == 7 && memcmp(name->data, ":status", 7) == 0)
+        && !(name->len == 17 && memcmp(name->data, ":override-charset", 17)
+                                == 0))
+    {
         for (i = 0; i < name->len; i++) {
             if (!isalnum(name->data[i])
                 && (name->data[i] == '\0'

@@ -95,6 +95,8 @@ static ngx_str_t  ngx_http_idempotency_length =
     ngx_string(NGX_HTTP_IDEMPOTENCY_RECORD_LENGTH);
 static ngx_str_t  ngx_http_idempotency_location =
     ngx_string(NGX_HTTP_IDEMPOTENCY_RECORD_LOCATION);
+static ngx_str_t  ngx_http_idempotency_override =
+    ngx_string(NGX_HTTP_IDEMPOTENCY_RECORD_OVERRIDE);
 
 
 ngx_int_t
@@ -151,6 +153,14 @@ ngx_http_idempotency_record_head(ngx_http_request_t *r, ngx_pool_t *pool,
     if (llen != NGX_DECLINED) {
         p = ngx_http_idempotency_put_field(p, &ngx_http_idempotency_length,
                                            lbuf, llen);
+    }
+
+    if (r->headers_out.override_charset
+        && r->headers_out.override_charset->len)
+    {
+        p = ngx_http_idempotency_put_field(p, &ngx_http_idempotency_override,
+                                        r->headers_out.override_charset->data,
+                                        r->headers_out.override_charset->len);
     }
 
     /* the same Content-Type line the header filter would write */
@@ -235,7 +245,8 @@ ngx_http_idempotency_completed_location(ngx_http_request_t *r,
 /*
  * The size of the head and its number of fields (without a ":length"
  * field), the length of the Content-Type value, and whether the head
- * needs format 2 (a Location the header filter completes): NGX_DECLINED
+ * needs format 2 (an override charset, a Location the header filter
+ * completes): NGX_DECLINED
  * for what no replay may send (only
  * what ngx_http_idempotency_record_validate() will let through), NGX_ERROR
  * for what the format cannot frame.
@@ -264,6 +275,28 @@ ngx_http_idempotency_head_size(ngx_http_request_t *r, ngx_array_t *skip,
     len = sizeof(NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC) - 1 + 2 + 2;
     n = 0;
     format2 = 0;
+
+    /* the charset of the backend's X-Accel-Charset, which the charset
+     * filter recodes to (the header itself is not passed on) */
+
+    if (r->headers_out.override_charset
+        && r->headers_out.override_charset->len)
+    {
+        if (ngx_http_idempotency_header_bad(&ngx_http_idempotency_override,
+                                            r->headers_out.override_charset))
+        {
+            return NGX_DECLINED;
+        }
+
+        if (r->headers_out.override_charset->len > 0xffff) {
+            return NGX_ERROR;
+        }
+
+        len += 2 + ngx_http_idempotency_override.len + 4
+               + r->headers_out.override_charset->len;
+        n++;
+        format2 = 1;
+    }
 
     /* the upstream's own status line ("422 Unprocessable Entity"), kept
      * as a pseudo-header no HTTP/1 upstream can send */
@@ -378,7 +411,7 @@ ngx_http_idempotency_record_parse(ngx_pool_t *pool, u_char *data, size_t len,
 
     ngx_http_idempotency_need(8);
 
-    /* format 2 is format 1 with the ":length" and ":location" fields */
+    /* format 2 is format 1 with more pseudo-headers (record.h) */
 
     if (ngx_memcmp(p, NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC, 4) != 0
         && ngx_memcmp(p, NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC2, 4) != 0)
@@ -508,6 +541,16 @@ ngx_http_idempotency_record_apply(ngx_http_request_t *r,
                            kv[i].key.len) == 0)
         {
             completed = 1;
+            continue;
+        }
+
+        /* the record's array lives as long as the replay */
+
+        if (kv[i].key.len == ngx_http_idempotency_override.len
+            && ngx_strncmp(kv[i].key.data, ngx_http_idempotency_override.data,
+                           kv[i].key.len) == 0)
+        {
+            r->headers_out.override_charset = &kv[i].value;
             continue;
         }
 
@@ -765,7 +808,10 @@ ngx_http_idempotency_header_bad(ngx_str_t *name, ngx_str_t *value)
     }
 
     if (!(name->len == status_line.len
-          && ngx_strncmp(name->data, status_line.data, status_line.len) == 0))
+          && ngx_strncmp(name->data, status_line.data, status_line.len) == 0)
+        && !(name->len == ngx_http_idempotency_override.len
+             && ngx_strncmp(name->data, ngx_http_idempotency_override.data,
+                            name->len) == 0))
     {
         if (name->len == 0) {
             return "an empty header name";

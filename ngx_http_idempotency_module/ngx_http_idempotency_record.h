@@ -18,15 +18,18 @@
  * one.  The header block is made when the response headers pass; the body
  * length and the body are appended when the last byte has passed.
  *
- * Format 2 ("IDR2") is format 1 with two more pseudo-headers, written only
- * by a record that needs one (format 1 records are still written, and
- * both are read):
+ * Format 2 ("IDR2") is format 1 with three more pseudo-headers, written
+ * only by a record that needs one (format 1 records are still written,
+ * and both are read):
  *
  *     ":length"    a response without a body (the answer to a HEAD): the
  *                  Content-Length its header was sent with, in decimal,
  *                  or empty for none
  *     ":location"  empty; the Location that follows is the one nginx's
  *                  header filter made absolute (r->headers_out.location)
+ *     ":override-charset"
+ *                  the charset the backend named in X-Accel-Charset
+ *                  (r->headers_out.override_charset)
  */
 
 
@@ -41,6 +44,7 @@
 #define NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC2    "IDR2"
 #define NGX_HTTP_IDEMPOTENCY_RECORD_LENGTH    ":length"
 #define NGX_HTTP_IDEMPOTENCY_RECORD_LOCATION  ":location"
+#define NGX_HTTP_IDEMPOTENCY_RECORD_OVERRIDE  ":override-charset"
 
 
 typedef struct {

@@ -464,3 +464,33 @@ Content-Length: 0
 --- response_body
 --- no_error_log
 [error]
+
+
+
+=== TEST 12: X-Accel-Charset: the charset filter recodes the replay to the backend's charset as it did the first answer
+--- http_config eval
+main::stores() . "charset_map windows-1251 utf-8 { C0 D090; }\n"
+--- config eval
+main::locations()
+--- init
+for my $s (qw(m s r)) {
+    my $key = "t075-12-$s";
+    my ($f, $r) = main::first_and_replay($s, key => $key, body => 'x',
+        uri => "/$s/orders?charset=utf-8&accel_charset=windows-1251");
+    like($f->{raw}, qr/\r\nContent-Type: application\/json; charset=windows-1251\r\n/,
+         "$s: the first answer is in the backend's X-Accel-Charset");
+    main::same_answer($s, $key, $f, $r, "$s X-Accel-Charset");
+}
+--- request
+POST /s/orders?charset=utf-8&accel_charset=windows-1251
+x
+--- more_headers
+Idempotency-Key: t075-12-s
+--- error_code: 201
+--- response_headers
+Idempotent-Replayed: true
+X-Tier: shm
+Content-Type: application/json; charset=windows-1251
+!X-Accel-Charset
+--- no_error_log
+[error]
