@@ -29,6 +29,13 @@ Query parameters of an execution (combinable):
     reset=1      headers with Content-Length: 1000, 10 body bytes, then RST
     slow_body=MS headers and half the body, sleep MS, the rest
     nolength=1   no Content-Length, body ends with the connection close
+    charset=CS   the JSON answer as "application/json; charset=CS"
+    etag=V       an ETag: "V" header
+    lastmod=1    a Last-Modified header (Mon, 02 Jan 2006 15:04:05 GMT)
+    expires=1    Expires: Thu, 01 Jan 1970 00:00:01 GMT and Cache-Control:
+                 no-cache
+    accel_charset=CS  an X-Accel-Charset: CS header
+    location=URL Location: URL instead of /orders/ord-<n> (percent-encoded)
 
 Default answer: 201 for POST, 200 otherwise, application/json,
 Location: /orders/ord-<n>, X-Execution: <count for the key>,
@@ -308,6 +315,8 @@ def execute(method, uri, query, key, total, execution, reqbody):
         body = BINARY
     else:
         ctype = "application/json"
+        if p.get("charset"):
+            ctype += "; charset=" + p["charset"]
         body = (json.dumps({
             "order_id": order,
             "key": key,
@@ -332,7 +341,16 @@ def execute(method, uri, query, key, total, execution, reqbody):
     if gz:
         headers.append(("Content-Encoding", "gzip"))
         headers.append(("Vary", "Accept-Encoding"))
-    headers.append(("Location", "/orders/" + order))
+    headers.append(("Location", p.get("location") or "/orders/" + order))
+    if p.get("etag"):
+        headers.append(("ETag", '"%s"' % p["etag"]))
+    if p.get("lastmod") == "1":
+        headers.append(("Last-Modified", "Mon, 02 Jan 2006 15:04:05 GMT"))
+    if p.get("expires") == "1":
+        headers.append(("Expires", "Thu, 01 Jan 1970 00:00:01 GMT"))
+        headers.append(("Cache-Control", "no-cache"))
+    if p.get("accel_charset"):
+        headers.append(("X-Accel-Charset", p["accel_charset"]))
     headers.append(("X-Execution", str(execution)))
     headers.append(("X-Order-Id", order))
     for i in range(1, int_param(p, "cookies") + 1):

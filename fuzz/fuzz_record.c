@@ -14,12 +14,13 @@
  *   - the status is 100..999;
  *   - every header name, value and the body lie inside the input, names
  *     are not empty, and the slices follow each other in input order;
- *   - encoding the parsed record again (format 1, as documented in
+ *   - encoding the parsed record again (format 1 or 2, as documented in
  *     ngx_http_idempotency_record.h) gives back exactly the input: the
  *     decoder accepts nothing but the canonical encoding;
- *   - apply sets the status and Content-Length, takes the Content-Type
- *     and the ":status" pseudo-header (the status line) out of the list
- *     and pushes every other header, in order.
+ *   - apply sets the status and Content-Length (a ":length" field's, if
+ *     any), takes the Content-Type and the pseudo-headers (":status",
+ *     ":length", ":location", ":override-charset") out of the list and
+ *     pushes every other header, in order.
  * AddressSanitizer catches any read outside the (exactly sized) input.
  */
 
@@ -61,6 +62,8 @@ int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     u_char                          *in, *enc, *p, *next;
+    off_t                            clen;
+    ngx_str_t                       *oc;
     size_t                           elen;
     ngx_int_t                        rc;
     ngx_uint_t                       i, j, ct, nct, sl;
@@ -138,8 +141,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     fuzz_assert(elen == size);
 
+    fuzz_assert(memcmp(in, "IDR1", 4) == 0 || memcmp(in, "IDR2", 4) == 0);
+
     enc = malloc(elen);
-    p = ngx_cpymem(enc, "IDR1", 4);
+    p = ngx_cpymem(enc, in, 4);
     p = fuzz_put(p, rec.status, 2);
     p = fuzz_put(p, rec.headers.nelts, 2);
 
@@ -167,6 +172,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     r = ngx_fuzz_request(pool);
 
+    /* a HEAD or a POST retry, as the input's length says */
+    r->method = (size & 1) ? NGX_HTTP_HEAD : NGX_HTTP_POST;
+
     if (ngx_list_init(&r->headers_out.headers, pool, 1,
                       sizeof(ngx_table_elt_t))
         != NGX_OK)
@@ -177,16 +185,30 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fuzz_assert(ngx_http_idempotency_record_apply(r, &rec) == NGX_OK);
 
     fuzz_assert(r->headers_out.status == rec.status);
-    /* a 204 or 304 without a body replays without Content-Length */
-    fuzz_assert(r->headers_out.content_length_n
-                == ((rec.body.len == 0 && (rec.status == NGX_HTTP_NO_CONTENT
-                                           || rec.status
-                                              == NGX_HTTP_NOT_MODIFIED))
-                    ? -1 : (off_t) rec.body.len));
+
+    /* a 204 or 304 without a body replays without Content-Length; for a
+     * HEAD, the last ":length" field says otherwise (empty: none) */
+
+    clen = (rec.body.len == 0 && (rec.status == NGX_HTTP_NO_CONTENT
+                                  || rec.status == NGX_HTTP_NOT_MODIFIED))
+           ? -1 : (off_t) rec.body.len;
+
+    for (i = 0; i < rec.headers.nelts; i++) {
+        if (r->method == NGX_HTTP_HEAD
+            && kv[i].key.len == 7 && memcmp(kv[i].key.data, ":length", 7) == 0)
+        {
+            clen = kv[i].value.len ? ngx_atoof(kv[i].value.data,
+                                               kv[i].value.len)
+                                   : -1;
+        }
+    }
+
+    fuzz_assert(r->headers_out.content_length_n == clen);
 
     nct = 0;
     ct = 0;
     sl = 0;
+    oc = NULL;
     part = &r->headers_out.headers.part;
     h = part->elts;
     j = 0;
@@ -195,6 +217,20 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
         if (kv[i].key.len == 7 && memcmp(kv[i].key.data, ":status", 7) == 0) {
             sl = i + 1;
+            continue;
+        }
+
+        if (kv[i].key.len == 17
+            && memcmp(kv[i].key.data, ":override-charset", 17) == 0)
+        {
+            oc = &kv[i].value;
+            continue;
+        }
+
+        if ((kv[i].key.len == 7 && memcmp(kv[i].key.data, ":length", 7) == 0)
+            || (kv[i].key.len == 9
+                && memcmp(kv[i].key.data, ":location", 9) == 0))
+        {
             continue;
         }
 
@@ -231,6 +267,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         fuzz_assert(r->headers_out.content_type.len == 0);
     }
+
+    fuzz_assert(r->headers_out.override_charset == oc);
 
     if (sl) {
         fuzz_assert(r->headers_out.status_line.data == kv[sl - 1].value.data

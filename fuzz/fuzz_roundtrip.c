@@ -116,7 +116,31 @@ fuzz_unsendable(ngx_str_t *name, ngx_str_t *value)
 {
     size_t  i;
 
-    if (!(name->len == 7 && memcmp(name->data, ":status", 7) == 0)) {
+    /* format 2's fields: a decimal length (19 digits at most) or none;
+     * an empty mark; a charset, a value like any other */
+
+    if (name->len == 7 && memcmp(name->data, ":length", 7) == 0) {
+        if (value->len > 19) {
+            return 1;
+        }
+
+        for (i = 0; i < value->len; i++) {
+            if (!isdigit(value->data[i])) {
+                return 1;
+            }
+        }
+
+        return 0;
+    }
+
+    if (name->len == 9 && memcmp(name->data, ":location", 9) == 0) {
+        return value->len != 0;
+    }
+
+    if (!(name->len == 7 && memcmp(name->data, ":status", 7) == 0)
+        && !(name->len == 17 && memcmp(name->data, ":override-charset", 17)
+                                == 0))
+    {
         for (i = 0; i < name->len; i++) {
             if (!isalnum(name->data[i])
                 && (name->data[i] == '\0'

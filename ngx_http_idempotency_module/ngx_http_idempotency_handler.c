@@ -409,6 +409,17 @@ ngx_http_idempotency_replay(ngx_http_request_t *r,
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
+    /*
+     * The first answer, whatever the retry's conditions: nginx's upstream
+     * turns the not_modified filter off for what it did not cache (an
+     * If-Match or If-Unmodified-Since would make the replay a 412, an
+     * If-None-Match a 304), and it allows ranges only with
+     * *_force_ranges, which the capture (before the range filter) never
+     * saw: r->allow_ranges stays 0, and a Range gets the whole answer.
+     */
+
+    r->disable_not_modified = 1;
+
     if (ngx_http_idempotency_add_header(r, &replayed, &yes) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }

@@ -31,8 +31,55 @@ static ngx_str_t  ngx_http_idempotency_skip_headers[] = {
 };
 
 
+/*
+ * The headers whose r->headers_out pointer nginx's upstream sets when it
+ * copies the backend's response, and that later filters look at (gzip
+ * makes an ETag weak, "expires" rewrites Expires and Cache-Control in
+ * place, sub_filter and ssi clear Last-Modified): a replay sets them
+ * alike, so that those filters do to it what they did to the first
+ * answer.  Location has rules of its own.
+ */
+typedef struct {
+    ngx_str_t     name;
+    ngx_uint_t    offset;
+    ngx_uint_t    multi;
+} ngx_http_idempotency_out_header_t;
+
+
+static ngx_http_idempotency_out_header_t  ngx_http_idempotency_out_headers[]
+    = {
+    { ngx_string("Content-Encoding"),
+      offsetof(ngx_http_headers_out_t, content_encoding), 0 },
+    { ngx_string("ETag"), offsetof(ngx_http_headers_out_t, etag), 0 },
+    { ngx_string("Last-Modified"),
+      offsetof(ngx_http_headers_out_t, last_modified), 0 },
+    { ngx_string("Expires"), offsetof(ngx_http_headers_out_t, expires), 0 },
+    { ngx_string("Accept-Ranges"),
+      offsetof(ngx_http_headers_out_t, accept_ranges), 0 },
+    { ngx_string("Content-Range"),
+      offsetof(ngx_http_headers_out_t, content_range), 0 },
+#if (nginx_version >= 1023000)
+    { ngx_string("WWW-Authenticate"),
+      offsetof(ngx_http_headers_out_t, www_authenticate), 0 },
+#endif
+    { ngx_string("Cache-Control"),
+      offsetof(ngx_http_headers_out_t, cache_control), 1 },
+    { ngx_string("Link"), offsetof(ngx_http_headers_out_t, link), 1 },
+    { ngx_null_string, 0, 0 }
+};
+
+
 static ngx_int_t ngx_http_idempotency_head_size(ngx_http_request_t *r,
-    ngx_array_t *skip, size_t *lenp, ngx_uint_t *np, size_t *ctlenp);
+    ngx_array_t *skip, size_t *lenp, ngx_uint_t *np, size_t *ctlenp,
+    ngx_uint_t *format2p);
+static ngx_int_t ngx_http_idempotency_head_length(ngx_http_request_t *r,
+    u_char *buf);
+static ngx_uint_t ngx_http_idempotency_completed_location(
+    ngx_http_request_t *r, ngx_table_elt_t *h);
+static void ngx_http_idempotency_content_type_apply(ngx_http_request_t *r,
+    ngx_str_t *value);
+static ngx_int_t ngx_http_idempotency_out_header(ngx_http_request_t *r,
+    ngx_table_elt_t *h);
 static u_char *ngx_http_idempotency_put_field(u_char *p, ngx_str_t *name,
     u_char *value, size_t len);
 static ngx_uint_t ngx_http_idempotency_skip(ngx_array_t *skip,
@@ -44,23 +91,42 @@ static const char *ngx_http_idempotency_header_bad(ngx_str_t *name,
 static ngx_str_t  ngx_http_idempotency_content_type =
     ngx_string("Content-Type");
 static ngx_str_t  ngx_http_idempotency_status = ngx_string(":status");
+static ngx_str_t  ngx_http_idempotency_length =
+    ngx_string(NGX_HTTP_IDEMPOTENCY_RECORD_LENGTH);
+static ngx_str_t  ngx_http_idempotency_location =
+    ngx_string(NGX_HTTP_IDEMPOTENCY_RECORD_LOCATION);
+static ngx_str_t  ngx_http_idempotency_override =
+    ngx_string(NGX_HTTP_IDEMPOTENCY_RECORD_OVERRIDE);
 
 
 ngx_int_t
 ngx_http_idempotency_record_head(ngx_http_request_t *r, ngx_pool_t *pool,
     ngx_array_t *skip, ngx_str_t *out)
 {
-    u_char           *p;
+    u_char           *p, *magic;
     size_t            len, ctlen;
-    ngx_int_t         rc;
-    ngx_uint_t        i, n;
+    ngx_int_t         rc, llen;
+    ngx_uint_t        i, n, format2;
     ngx_list_part_t  *part;
     ngx_table_elt_t  *h;
+    u_char            lbuf[NGX_OFF_T_LEN];
 
-    rc = ngx_http_idempotency_head_size(r, skip, &len, &n, &ctlen);
-
+    rc = ngx_http_idempotency_head_size(r, skip, &len, &n, &ctlen,
+                                        &format2);
     if (rc != NGX_OK) {
         return rc;
+    }
+
+    llen = ngx_http_idempotency_head_length(r, lbuf);
+
+    if (llen != NGX_DECLINED) {
+        len += 2 + ngx_http_idempotency_length.len + 4 + llen;
+        n++;
+        format2 = 1;
+    }
+
+    if (n > 0xffff) {
+        return NGX_ERROR;
     }
 
     p = ngx_pnalloc(pool, len);
@@ -71,8 +137,10 @@ ngx_http_idempotency_record_head(ngx_http_request_t *r, ngx_pool_t *pool,
     out->data = p;
     out->len = len;
 
-    p = ngx_cpymem(p, NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC,
-                   sizeof(NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC) - 1);
+    magic = format2 ? (u_char *) NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC2
+                    : (u_char *) NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC;
+
+    p = ngx_cpymem(p, magic, sizeof(NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC) - 1);
     p = ngx_http_idempotency_put_be(p, r->headers_out.status, 2);
     p = ngx_http_idempotency_put_be(p, n, 2);
 
@@ -80,6 +148,19 @@ ngx_http_idempotency_record_head(ngx_http_request_t *r, ngx_pool_t *pool,
         p = ngx_http_idempotency_put_field(p, &ngx_http_idempotency_status,
                                            r->headers_out.status_line.data,
                                            r->headers_out.status_line.len);
+    }
+
+    if (llen != NGX_DECLINED) {
+        p = ngx_http_idempotency_put_field(p, &ngx_http_idempotency_length,
+                                           lbuf, llen);
+    }
+
+    if (r->headers_out.override_charset
+        && r->headers_out.override_charset->len)
+    {
+        p = ngx_http_idempotency_put_field(p, &ngx_http_idempotency_override,
+                                        r->headers_out.override_charset->data,
+                                        r->headers_out.override_charset->len);
     }
 
     /* the same Content-Type line the header filter would write */
@@ -109,6 +190,12 @@ ngx_http_idempotency_record_head(ngx_http_request_t *r, ngx_pool_t *pool,
             continue;
         }
 
+        if (ngx_http_idempotency_completed_location(r, h)) {
+            p = ngx_http_idempotency_put_field(p,
+                                            &ngx_http_idempotency_location,
+                                            (u_char *) "", 0);
+        }
+
         p = ngx_http_idempotency_put_field(p, &h->key, h->value.data,
                                            h->value.len);
     }
@@ -118,18 +205,59 @@ ngx_http_idempotency_record_head(ngx_http_request_t *r, ngx_pool_t *pool,
 
 
 /*
- * The size of the head and its number of fields, and the length of the
- * Content-Type value: NGX_DECLINED for what no replay may send (only
+ * The ":length" field of a response that has no body to count (the
+ * answer to a HEAD): the Content-Length its header is sent with, into
+ * buf, and its length (0: none); NGX_DECLINED: the record needs none.
+ */
+
+static ngx_int_t
+ngx_http_idempotency_head_length(ngx_http_request_t *r, u_char *buf)
+{
+    if (r->method != NGX_HTTP_HEAD && !r->header_only) {
+        return NGX_DECLINED;
+    }
+
+    if (r->headers_out.content_length_n < 0) {
+        return 0;
+    }
+
+    return ngx_sprintf(buf, "%O", r->headers_out.content_length_n) - buf;
+}
+
+
+/*
+ * A relative Location that nginx's header filter makes absolute: the one
+ * r->headers_out.location points to (nginx's upstream sets it for one
+ * that proxy_redirect rewrote), starting with "/".  The record marks it
+ * with an empty ":location" field before it.
+ */
+
+static ngx_uint_t
+ngx_http_idempotency_completed_location(ngx_http_request_t *r,
+    ngx_table_elt_t *h)
+{
+    return h == r->headers_out.location
+           && h->value.len
+           && h->value.data[0] == '/';
+}
+
+
+/*
+ * The size of the head and its number of fields (without a ":length"
+ * field), the length of the Content-Type value, and whether the head
+ * needs format 2 (an override charset, a Location the header filter
+ * completes): NGX_DECLINED
+ * for what no replay may send (only
  * what ngx_http_idempotency_record_validate() will let through), NGX_ERROR
  * for what the format cannot frame.
  */
 
 static ngx_int_t
 ngx_http_idempotency_head_size(ngx_http_request_t *r, ngx_array_t *skip,
-    size_t *lenp, ngx_uint_t *np, size_t *ctlenp)
+    size_t *lenp, ngx_uint_t *np, size_t *ctlenp, ngx_uint_t *format2p)
 {
     size_t            len, ctlen;
-    ngx_uint_t        i, n;
+    ngx_uint_t        i, n, format2;
     ngx_list_part_t  *part;
     ngx_table_elt_t  *h;
 
@@ -146,6 +274,29 @@ ngx_http_idempotency_head_size(ngx_http_request_t *r, ngx_array_t *skip,
 
     len = sizeof(NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC) - 1 + 2 + 2;
     n = 0;
+    format2 = 0;
+
+    /* the charset of the backend's X-Accel-Charset, which the charset
+     * filter recodes to (the header itself is not passed on) */
+
+    if (r->headers_out.override_charset
+        && r->headers_out.override_charset->len)
+    {
+        if (ngx_http_idempotency_header_bad(&ngx_http_idempotency_override,
+                                            r->headers_out.override_charset))
+        {
+            return NGX_DECLINED;
+        }
+
+        if (r->headers_out.override_charset->len > 0xffff) {
+            return NGX_ERROR;
+        }
+
+        len += 2 + ngx_http_idempotency_override.len + 4
+               + r->headers_out.override_charset->len;
+        n++;
+        format2 = 1;
+    }
 
     /* the upstream's own status line ("422 Unprocessable Entity"), kept
      * as a pseudo-header no HTTP/1 upstream can send */
@@ -199,6 +350,12 @@ ngx_http_idempotency_head_size(ngx_http_request_t *r, ngx_array_t *skip,
 
         len += 2 + h->key.len + 4 + h->value.len;
         n++;
+
+        if (ngx_http_idempotency_completed_location(r, h)) {
+            len += 2 + ngx_http_idempotency_location.len + 4;
+            n++;
+            format2 = 1;
+        }
     }
 
     if (n > 0xffff) {
@@ -207,6 +364,7 @@ ngx_http_idempotency_head_size(ngx_http_request_t *r, ngx_array_t *skip,
 
     *lenp = len;
     *np = n;
+    *format2p = format2;
     *ctlenp = ctlen;
 
     return NGX_OK;
@@ -253,7 +411,11 @@ ngx_http_idempotency_record_parse(ngx_pool_t *pool, u_char *data, size_t len,
 
     ngx_http_idempotency_need(8);
 
-    if (ngx_memcmp(p, NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC, 4) != 0) {
+    /* format 2 is format 1 with more pseudo-headers (record.h) */
+
+    if (ngx_memcmp(p, NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC, 4) != 0
+        && ngx_memcmp(p, NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC2, 4) != 0)
+    {
         return NGX_ERROR;
     }
 
@@ -329,7 +491,7 @@ ngx_int_t
 ngx_http_idempotency_record_apply(ngx_http_request_t *r,
     ngx_http_idempotency_record_t *rec)
 {
-    ngx_uint_t        i;
+    ngx_uint_t        i, completed;
     ngx_keyval_t     *kv;
     ngx_table_elt_t  *h;
 
@@ -343,23 +505,61 @@ ngx_http_idempotency_record_apply(ngx_http_request_t *r,
                                 || rec->status == NGX_HTTP_NOT_MODIFIED))
         ? -1 : (off_t) rec->body.len;
 
+    completed = 0;
     kv = rec->headers.elts;
 
     for (i = 0; i < rec->headers.nelts; i++) {
 
-        if (kv[i].key.len == sizeof(":status") - 1
-            && ngx_strncmp(kv[i].key.data, ":status", kv[i].key.len) == 0)
+        if (kv[i].key.len == ngx_http_idempotency_status.len
+            && ngx_strncmp(kv[i].key.data, ngx_http_idempotency_status.data,
+                           kv[i].key.len) == 0)
         {
             r->headers_out.status_line = kv[i].value;
             continue;
         }
 
-        if (kv[i].key.len == sizeof("Content-Type") - 1
-            && ngx_strncasecmp(kv[i].key.data, (u_char *) "Content-Type",
+        /*
+         * the answer to a HEAD: the length its header was sent with, for
+         * a HEAD only (without fingerprints, another method may come with
+         * the key, and gets the record's empty body)
+         */
+
+        if (kv[i].key.len == ngx_http_idempotency_length.len
+            && ngx_strncmp(kv[i].key.data, ngx_http_idempotency_length.data,
+                           kv[i].key.len) == 0)
+        {
+            if (r->method == NGX_HTTP_HEAD) {
+                r->headers_out.content_length_n = kv[i].value.len
+                    ? ngx_atoof(kv[i].value.data, kv[i].value.len) : -1;
+            }
+
+            continue;
+        }
+
+        if (kv[i].key.len == ngx_http_idempotency_location.len
+            && ngx_strncmp(kv[i].key.data, ngx_http_idempotency_location.data,
+                           kv[i].key.len) == 0)
+        {
+            completed = 1;
+            continue;
+        }
+
+        /* the record's array lives as long as the replay */
+
+        if (kv[i].key.len == ngx_http_idempotency_override.len
+            && ngx_strncmp(kv[i].key.data, ngx_http_idempotency_override.data,
+                           kv[i].key.len) == 0)
+        {
+            r->headers_out.override_charset = &kv[i].value;
+            continue;
+        }
+
+        if (kv[i].key.len == ngx_http_idempotency_content_type.len
+            && ngx_strncasecmp(kv[i].key.data,
+                               ngx_http_idempotency_content_type.data,
                                kv[i].key.len) == 0)
         {
-            r->headers_out.content_type = kv[i].value;
-            r->headers_out.content_type_len = kv[i].value.len;
+            ngx_http_idempotency_content_type_apply(r, &kv[i].value);
             continue;
         }
 
@@ -372,42 +572,173 @@ ngx_http_idempotency_record_apply(ngx_http_request_t *r,
         h->key = kv[i].key;
         h->value = kv[i].value;
         h->lowcase_key = NULL;
+#if (nginx_version >= 1023000)
+        h->next = NULL;
+#endif
 
         /*
-         * the pointers later filters look at, set as upstream sets them:
-         * a relative Location is left out of headers_out.location so
-         * that the header filter does not make it absolute
+         * Location as nginx's upstream leaves it: r->headers_out.location
+         * points to a relative one only if the first answer's did (it was
+         * rewritten, and the header filter made it absolute), and to any
+         * other, which the header filter leaves alone
          */
 
         if (h->key.len == sizeof("Location") - 1
             && ngx_strncasecmp(h->key.data, (u_char *) "Location",
                                h->key.len) == 0)
         {
-            if (h->value.len && h->value.data[0] != '/') {
+            if (completed
+                || (h->value.len && h->value.data[0] != '/'))
+            {
                 r->headers_out.location = h;
             }
 
-        } else if (h->key.len == sizeof("Content-Encoding") - 1
-                   && ngx_strncasecmp(h->key.data,
-                                      (u_char *) "Content-Encoding",
-                                      h->key.len) == 0)
-        {
-            r->headers_out.content_encoding = h;
+            completed = 0;
+            continue;
+        }
 
-        } else if (h->key.len == sizeof("ETag") - 1
-                   && ngx_strncasecmp(h->key.data, (u_char *) "ETag",
-                                      h->key.len) == 0)
-        {
-            r->headers_out.etag = h;
-
-        } else if (h->key.len == sizeof("Last-Modified") - 1
-                   && ngx_strncasecmp(h->key.data,
-                                      (u_char *) "Last-Modified",
-                                      h->key.len) == 0)
-        {
-            r->headers_out.last_modified = h;
+        if (ngx_http_idempotency_out_header(r, h) != NGX_OK) {
+            return NGX_ERROR;
         }
     }
+
+    return NGX_OK;
+}
+
+
+/*
+ * Content-Type as nginx's upstream copies it: content_type_len ends
+ * before the ";" of a charset parameter, and charset is that parameter's
+ * value (unquoted), so that the *_types directives and the charset
+ * filter see a replay's type as they saw the first answer's.
+ */
+
+static void
+ngx_http_idempotency_content_type_apply(ngx_http_request_t *r,
+    ngx_str_t *value)
+{
+    u_char  *p, *semi, *last;
+
+    r->headers_out.content_type = *value;
+    r->headers_out.content_type_len = value->len;
+    r->headers_out.content_type_lowcase = NULL;
+    ngx_str_null(&r->headers_out.charset);
+
+    p = value->data;
+    last = value->data + value->len;
+
+    while (p < last) {
+
+        if (*p++ != ';') {
+            continue;
+        }
+
+        semi = p - 1;
+
+        while (p < last && *p == ' ') {
+            p++;
+        }
+
+        if ((size_t) (last - p) < sizeof("charset=") - 1) {
+            return;
+        }
+
+        if (ngx_strncasecmp(p, (u_char *) "charset=", sizeof("charset=") - 1)
+            != 0)
+        {
+            /* the upstream looks for the next ";" after this character */
+            p++;
+            continue;
+        }
+
+        p += sizeof("charset=") - 1;
+
+        r->headers_out.content_type_len = semi - value->data;
+
+        if (p < last && *p == '"') {
+            p++;
+        }
+
+        if (last > p && *(last - 1) == '"') {
+            last--;
+        }
+
+        r->headers_out.charset.len = last - p;
+        r->headers_out.charset.data = p;
+
+        return;
+    }
+}
+
+
+/* the r->headers_out pointer of h, if nginx's upstream sets one */
+
+static ngx_int_t
+ngx_http_idempotency_out_header(ngx_http_request_t *r, ngx_table_elt_t *h)
+{
+    ngx_http_idempotency_out_header_t  *oh;
+    ngx_table_elt_t                   **ph;
+#if !(nginx_version >= 1023000)
+    ngx_array_t                        *pa;
+#endif
+
+    for (oh = ngx_http_idempotency_out_headers; oh->name.len; oh++) {
+        if (oh->name.len == h->key.len
+            && ngx_strncasecmp(oh->name.data, h->key.data, h->key.len) == 0)
+        {
+            break;
+        }
+    }
+
+    if (oh->name.len == 0) {
+        return NGX_OK;
+    }
+
+    if (!oh->multi) {
+        ph = (ngx_table_elt_t **) ((char *) &r->headers_out + oh->offset);
+        *ph = h;
+
+        if (ph == &r->headers_out.last_modified) {
+            r->headers_out.last_modified_time =
+                               ngx_parse_http_time(h->value.data, h->value.len);
+        }
+
+        return NGX_OK;
+    }
+
+#if (nginx_version >= 1023000)
+
+    /* the repeated headers are a list, in their order */
+
+    for (ph = (ngx_table_elt_t **) ((char *) &r->headers_out + oh->offset);
+         *ph;
+         ph = &(*ph)->next)
+    {
+        /* void */
+    }
+
+    *ph = h;
+
+#else
+
+    pa = (ngx_array_t *) ((char *) &r->headers_out + oh->offset);
+
+    if (pa->elts == NULL) {
+        if (ngx_array_init(pa, r->pool, 2, sizeof(ngx_table_elt_t *))
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    ph = ngx_array_push(pa);
+    if (ph == NULL) {
+        return NGX_ERROR;
+    }
+
+    *ph = h;
+
+#endif
 
     return NGX_OK;
 }
@@ -450,8 +781,37 @@ ngx_http_idempotency_header_bad(ngx_str_t *name, ngx_str_t *value)
     static ngx_str_t  content_type = ngx_string("Content-Type");
     static ngx_str_t  status_line = ngx_string(":status");
 
+    /* format 2's fields: a length of decimal digits, or none; a mark */
+
+    if (name->len == ngx_http_idempotency_length.len
+        && ngx_strncmp(name->data, ngx_http_idempotency_length.data,
+                       name->len) == 0)
+    {
+        if (value->len > NGX_OFF_T_LEN - 1) {
+            return "a \":length\" that is too long";
+        }
+
+        for (j = 0; j < value->len; j++) {
+            if (value->data[j] < '0' || value->data[j] > '9') {
+                return "a \":length\" that is not a number";
+            }
+        }
+
+        return NULL;
+    }
+
+    if (name->len == ngx_http_idempotency_location.len
+        && ngx_strncmp(name->data, ngx_http_idempotency_location.data,
+                       name->len) == 0)
+    {
+        return value->len ? "a \":location\" with a value" : NULL;
+    }
+
     if (!(name->len == status_line.len
-          && ngx_strncmp(name->data, status_line.data, status_line.len) == 0))
+          && ngx_strncmp(name->data, status_line.data, status_line.len) == 0)
+        && !(name->len == ngx_http_idempotency_override.len
+             && ngx_strncmp(name->data, ngx_http_idempotency_override.data,
+                            name->len) == 0))
     {
         if (name->len == 0) {
             return "an empty header name";

@@ -17,6 +17,19 @@
  * A header named ":status" carries the upstream's status line, if it had
  * one.  The header block is made when the response headers pass; the body
  * length and the body are appended when the last byte has passed.
+ *
+ * Format 2 ("IDR2") is format 1 with three more pseudo-headers, written
+ * only by a record that needs one (format 1 records are still written,
+ * and both are read):
+ *
+ *     ":length"    a response without a body (the answer to a HEAD): the
+ *                  Content-Length its header was sent with, in decimal,
+ *                  or empty for none
+ *     ":location"  empty; the Location that follows is the one nginx's
+ *                  header filter made absolute (r->headers_out.location)
+ *     ":override-charset"
+ *                  the charset the backend named in X-Accel-Charset
+ *                  (r->headers_out.override_charset)
  */
 
 
@@ -27,7 +40,11 @@
 #include "ngx_http_idempotency_module.h"
 
 
-#define NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC   "IDR1"
+#define NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC     "IDR1"
+#define NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC2    "IDR2"
+#define NGX_HTTP_IDEMPOTENCY_RECORD_LENGTH    ":length"
+#define NGX_HTTP_IDEMPOTENCY_RECORD_LOCATION  ":location"
+#define NGX_HTTP_IDEMPOTENCY_RECORD_OVERRIDE  ":override-charset"
 
 
 typedef struct {
@@ -60,7 +77,8 @@ ngx_int_t ngx_http_idempotency_record_parse(ngx_pool_t *pool, u_char *data,
 ngx_int_t ngx_http_idempotency_record_validate(
     ngx_http_idempotency_record_t *rec, const char **why);
 
-/* sets r's status and headers from the record */
+/* sets r's status and headers from the record, as nginx's upstream sets
+ * them from the backend's response */
 ngx_int_t ngx_http_idempotency_record_apply(ngx_http_request_t *r,
     ngx_http_idempotency_record_t *rec);
 
