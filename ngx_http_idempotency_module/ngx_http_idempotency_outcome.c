@@ -29,9 +29,9 @@ ngx_http_idempotency_outcome(ngx_http_request_t *r, ngx_uint_t *status)
 
     /*
      * An attempt that was sent and got no answer may have executed, and
-     * another answered after it: nginx gave the request to another server
-     * (a peer resend.c does not wrap), or the location an error_page
-     * named forwarded it again.  The answer may be of a second execution.
+     * another answered after it: nginx gave the request to a server of a
+     * peer that resend.c cannot wrap (a proxy_pass with variables).  The
+     * answer may be of a second execution.
      */
 
     if (ngx_http_idempotency_outcome_lost(r)) {
