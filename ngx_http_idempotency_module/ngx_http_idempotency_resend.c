@@ -75,8 +75,8 @@ ngx_http_idempotency_resend_init(ngx_conf_t *cf)
     ngx_uint_t                           i;
     ngx_http_upstream_srv_conf_t       **uscfp;
     ngx_http_upstream_main_conf_t       *umcf;
-    ngx_http_idempotency_resend_init_t  *ri;
     ngx_http_idempotency_main_conf_t    *imcf;
+    ngx_http_idempotency_resend_init_t  *ri;
 
     imcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_idempotency_module);
 
@@ -142,9 +142,9 @@ ngx_http_idempotency_resend_init_peer(ngx_http_request_t *r,
     ngx_uint_t                           lo, hi, mid;
     ngx_http_upstream_t                 *u;
     ngx_http_idempotency_ctx_t          *ctx;
+    ngx_http_idempotency_main_conf_t    *imcf;
     ngx_http_idempotency_resend_init_t  *ri;
     ngx_http_idempotency_resend_peer_t  *p;
-    ngx_http_idempotency_main_conf_t    *imcf;
 
     imcf = ngx_http_get_module_main_conf(r, ngx_http_idempotency_module);
 
