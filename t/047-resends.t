@@ -60,6 +60,10 @@ upstream ka {
     server $h;
     keepalive 4;
 }
+upstream fcgi_two {
+    server 127.0.0.1:\$TEST_NGINX_FCGI_PORT;
+    server 127.0.0.1:\$TEST_NGINX_FCGI_PORT;
+}
 END
 }
 
@@ -288,3 +292,27 @@ Idempotency-Key: t047-8
 ["!Idempotent-Replayed", "Idempotent-Replayed: true", ""]
 --- response_body_like eval
 ['"key":"t047-8","execution":1', '"key":"t047-8","execution":1', '^1$']
+
+
+
+=== TEST 9: fastcgi_pass, DELETE, two servers, a read timeout: one execution, the retry gets outcome-unknown
+--- http_config eval: main::upstreams()
+--- config
+    location /fcgi {
+        idempotency main;
+        idempotency_methods POST PUT PATCH DELETE;
+        fastcgi_pass fcgi_two;
+        include /etc/nginx/fastcgi_params;
+        fastcgi_param REQUEST_URI $request_uri;
+        fastcgi_read_timeout 1s;
+    }
+    location = /count { proxy_pass http://backend/__count; }
+--- more_headers
+Idempotency-Key: t047-9
+--- request eval
+["DELETE /fcgi?delay=2000\nx", "DELETE /fcgi?delay=2000\nx", "GET /count?key=t047-9"]
+--- error_code eval
+[504, 502, 200]
+--- response_body_like eval
+['504 Gateway Time-out', 'problem:outcome-unknown', '^1$']
+--- timeout: 10
