@@ -30,6 +30,7 @@
 #include "ngx_http_idempotency_filter.h"
 #include "ngx_http_idempotency_owner.h"
 #include "ngx_http_idempotency_outcome.h"
+#include "ngx_http_idempotency_resend.h"
 
 
 static ngx_int_t ngx_http_idempotency_start(ngx_http_request_t *r,
@@ -73,10 +74,16 @@ ngx_http_idempotency_handler(ngx_http_request_t *r)
 
         case NGX_HTTP_IDEMPOTENCY_S_DONE:
 
-            /* an internal redirect of a forwarded request: the upstream
-             * of this location must not be cut off by its client either */
+            /* an internal redirect of a forwarded request: not forwarded
+             * again after an attempt that may have executed, and the
+             * upstream of this location must not be cut off by its
+             * client either */
 
             if (ctx->owner && r->internal) {
+                if (ngx_http_idempotency_resend_guard(r, ctx) == NGX_DONE) {
+                    return NGX_DONE;
+                }
+
                 ngx_http_idempotency_filter_guard(r, ctx);
             }
 

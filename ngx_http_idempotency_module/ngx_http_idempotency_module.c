@@ -25,6 +25,7 @@
 #include "ngx_http_idempotency_prometheus.h"
 #include "ngx_http_idempotency_issue.h"
 #include "ngx_http_idempotency_admin.h"
+#include "ngx_http_idempotency_resend.h"
 
 
 #define NGX_HTTP_IDEMPOTENCY_MAX_RESPONSE  (256 * 1024 * 1024)
@@ -1141,6 +1142,10 @@ ngx_http_idempotency_init(ngx_conf_t *cf)
     *h = ngx_http_idempotency_handler;
 
     ngx_http_idempotency_check_resend(cf);
+
+    if (ngx_http_idempotency_resend_init(cf) != NGX_OK) {
+        return NGX_ERROR;
+    }
 
     if (ngx_http_idempotency_metrics_init(cf) != NGX_OK) {
         return NGX_ERROR;

@@ -124,6 +124,7 @@ struct ngx_http_idempotency_store_s {
 typedef struct {
     ngx_array_t                     stores;    /* of ..._store_t * */
     ngx_array_t                     locations; /* their loc_conf, void ** */
+    ngx_array_t                     resends;   /* resend.c: peer.init */
     size_t                          capture_memory;  /* per worker */
     ngx_uint_t                      max_held;        /* per worker */
 } ngx_http_idempotency_main_conf_t;

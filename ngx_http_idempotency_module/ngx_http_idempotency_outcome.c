@@ -27,6 +27,17 @@ ngx_http_idempotency_outcome(ngx_http_request_t *r, ngx_uint_t *status)
     ngx_http_upstream_t        *u;
     ngx_http_upstream_state_t  *st;
 
+    /*
+     * An attempt that was sent and got no answer may have executed, and
+     * another answered after it: nginx gave the request to a server of a
+     * peer that resend.c cannot wrap (a proxy_pass with variables).  The
+     * answer may be of a second execution.
+     */
+
+    if (ngx_http_idempotency_outcome_lost(r)) {
+        return NGX_HTTP_IDEMPOTENCY_UNSURE;
+    }
+
     u = r->upstream;
 
     /*
@@ -133,4 +144,31 @@ ngx_http_idempotency_outcome_sent(ngx_http_request_t *r)
     }
 
     return NGX_HTTP_IDEMPOTENCY_NOT_SENT;
+}
+
+
+ngx_uint_t
+ngx_http_idempotency_outcome_lost(ngx_http_request_t *r)
+{
+    ngx_uint_t                  i;
+    ngx_http_upstream_state_t  *st;
+
+    if (r->upstream_states == NULL) {
+        return 0;
+    }
+
+    /* an attempt's bytes are recorded when nginx gives it up */
+
+    st = r->upstream_states->elts;
+
+    for (i = 0; i < r->upstream_states->nelts; i++) {
+        if (st[i].peer
+            && st[i].bytes_sent > 0
+            && st[i].header_time == (ngx_msec_t) -1)
+        {
+            return 1;
+        }
+    }
+
+    return 0;
 }

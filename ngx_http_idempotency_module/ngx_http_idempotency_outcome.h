@@ -42,5 +42,11 @@ ngx_uint_t ngx_http_idempotency_outcome(ngx_http_request_t *r,
 /* the request ends without a complete response: NOT_SENT or UNSURE */
 ngx_uint_t ngx_http_idempotency_outcome_sent(ngx_http_request_t *r);
 
+/*
+ * 1: an attempt that nginx gave up took a byte of the request and had no
+ * answer; it may have executed, and no other may run it again.
+ */
+ngx_uint_t ngx_http_idempotency_outcome_lost(ngx_http_request_t *r);
+
 
 #endif /* _NGX_HTTP_IDEMPOTENCY_OUTCOME_H_INCLUDED_ */
