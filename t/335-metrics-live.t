@@ -53,7 +53,14 @@ for my $i (1 .. 5) {
     post($P, '/orders', "$tag-$i") for 1 .. 2;
 }
 
-my $m = scrape();
+# a request is counted when it ends, which its client may see after it
+# has the whole answer: wait for the tenth replay's count, not a time
+my $m = IdemStress::wait_for('the replays counted', 10, sub {
+    my $s = scrape();
+    my $n = metric($s, 'nginx_idempotency_requests_total', store => 'main',
+                   status => 'replay') // 0;
+    return $n >= 10 ? $s : undef;
+});
 is(metric($m, 'nginx_idempotency_requests_total', store => 'main',
           status => 'new'), 5, 'new: 5, whichever worker served them');
 is(metric($m, 'nginx_idempotency_requests_total', store => 'main',
