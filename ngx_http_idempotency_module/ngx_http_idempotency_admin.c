@@ -27,8 +27,16 @@
  * detached.  A change is not: its op's handler logs and counts it
  * whether or not its client is still there, so it is held by a record
  * in the op's own pool that forgets the request when the request ends.
+ * A statement given up on at query_timeout, read or change, detached or
+ * not, is ended on the server with KILL QUERY: an operator who retries
+ * does not pile up scans there.
  */
 
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+
+#include <mysqld_error.h>
 
 #include "ngx_http_idempotency_admin.h"
 #include "ngx_http_idempotency_ctx.h"
@@ -187,6 +195,8 @@ static ngx_http_idempotency_op_t *ngx_http_idempotency_admin_op(
 static ngx_int_t ngx_http_idempotency_admin_hold(
     ngx_http_idempotency_admin_t *ad, ngx_http_idempotency_op_t *op);
 static void ngx_http_idempotency_admin_read(ngx_http_idempotency_op_t *op);
+static void ngx_http_idempotency_admin_kill(ngx_http_idempotency_op_t *op);
+static void ngx_http_idempotency_admin_killed(ngx_http_idempotency_op_t *op);
 static ngx_int_t ngx_http_idempotency_admin_collect(
     ngx_http_idempotency_admin_t *ad, ngx_http_idempotency_op_t *op,
     ngx_uint_t i);
@@ -918,7 +928,11 @@ ngx_http_idempotency_admin_op(ngx_http_idempotency_admin_t *ad,
 
     case NGX_HTTP_IDEMPOTENCY_ADMIN_LIST:
 
-        /* no index on state: the table is scanned (docs) */
+        /*
+         * ix_state_created (mysql/schema.sql) serves it: the rows of one
+         * state in the order asked (the primary key ends every entry of
+         * a secondary index), read until the limit, without a sort
+         */
 
         op->all_rows = 1;
 
@@ -1034,6 +1048,8 @@ ngx_http_idempotency_admin_read(ngx_http_idempotency_op_t *op)
     ad->ops[i] = NULL;
     ad->pending--;
 
+    ngx_http_idempotency_admin_kill(op);
+
     if (op->rc != NGX_HTTP_IDEMPOTENCY_OP_OK) {
         ngx_http_idempotency_admin_failed(ad, op, ad->what,
                                           r->connection->log,
@@ -1085,6 +1101,58 @@ ngx_http_idempotency_admin_read(ngx_http_idempotency_op_t *op)
     }
 
     ngx_http_idempotency_admin_finalize(ad, rc);
+}
+
+
+/*
+ * A statement that timed out (or lost its connection) while it ran may
+ * still run on the server, which goes on with a scan, or waits for a row
+ * lock, though the connection is shut: its thread is sent KILL QUERY on
+ * another connection, and nobody waits for the answer.
+ */
+
+static void
+ngx_http_idempotency_admin_kill(ngx_http_idempotency_op_t *op)
+{
+    ngx_http_idempotency_op_t  *kill;
+
+    if (!ngx_http_idempotency_op_unsure(op) || op->thread == 0) {
+        return;
+    }
+
+    kill = ngx_http_idempotency_sql_kill_query(op->shard, ngx_cycle->log,
+                                               op->thread);
+    if (kill == NULL) {
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
+                  "idempotency store \"%V\" mysql=%V: %s given up on, "
+                  "thread id %ui sent KILL QUERY", &op->shard->store->name,
+                  &op->shard->name, op->name, op->thread);
+
+    kill->handler = ngx_http_idempotency_admin_killed;
+    kill->data = NULL;
+
+    ngx_http_idempotency_op_run(kill);
+}
+
+
+static void
+ngx_http_idempotency_admin_killed(ngx_http_idempotency_op_t *op)
+{
+    /* no such thread: the statement ended on its own */
+
+    if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK || op->err == ER_NO_SUCH_THREAD) {
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_WARN, op->log, 0,
+                  "idempotency store \"%V\" mysql=%V: %V failed: %s%s%V; "
+                  "the statement runs on the server until it ends",
+                  &op->shard->store->name, &op->shard->name, &op->sql,
+                  ngx_http_idempotency_admin_rcs[ngx_min(op->rc, 4)],
+                  op->err_text.len ? ": " : "", &op->err_text);
 }
 
 
@@ -1256,6 +1324,8 @@ ngx_http_idempotency_admin_changed(ngx_http_idempotency_op_t *op)
         ad->pending = 0;
         ad->change = NULL;
     }
+
+    ngx_http_idempotency_admin_kill(op);
 
     if (op->rc != NGX_HTTP_IDEMPOTENCY_OP_OK) {
         ngx_http_idempotency_admin_failed(ad, op, ch->what, log, &ch->addr);
@@ -1627,7 +1697,10 @@ ngx_http_idempotency_admin_finalize(ngx_http_idempotency_admin_t *ad,
 }
 
 
-/* the request ends: reads in flight are detached, a change goes on */
+/*
+ * the request ends: reads in flight are detached (all of them ran once
+ * any is pending), a change goes on
+ */
 
 static void
 ngx_http_idempotency_admin_cleanup(void *data)
@@ -1645,6 +1718,12 @@ ngx_http_idempotency_admin_cleanup(void *data)
     for (i = 0; i < ad->nops; i++) {
         if (ad->ops[i]) {
             ngx_http_idempotency_op_detach(ad->ops[i]);
+
+            if (ad->pending) {
+                /* it runs: still to be ended if it times out */
+                ad->ops[i]->handler = ngx_http_idempotency_admin_kill;
+            }
+
             ad->ops[i] = NULL;
         }
     }
