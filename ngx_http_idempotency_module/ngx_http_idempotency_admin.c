@@ -135,6 +135,7 @@ typedef struct {
     ngx_http_idempotency_store_t        *store;
     ngx_uint_t                           what;
     ngx_uint_t                           was;      /* the version's state */
+    ngx_uint_t                           epoch;    /* its epoch, 0: none */
     ngx_str_t                            addr;     /* the client's */
     u_char                   key_hash[NGX_HTTP_IDEMPOTENCY_HASH_LEN];
 } ngx_http_idempotency_admin_change_t;
@@ -981,8 +982,8 @@ static ngx_int_t
 ngx_http_idempotency_admin_hold(ngx_http_idempotency_admin_t *ad,
     ngx_http_idempotency_op_t *op)
 {
-    u_char                               *dash;
-    ngx_int_t                             state;
+    u_char                               *dash, *end;
+    ngx_int_t                             state, epoch;
     ngx_str_t                            *addr, *v;
     ngx_http_idempotency_admin_change_t  *ch;
 
@@ -1017,6 +1018,13 @@ ngx_http_idempotency_admin_hold(ngx_http_idempotency_admin_t *ad,
 
     ch->was = (state >= 0 && state <= NGX_HTTP_IDEMPOTENCY_ROW_UNKNOWN)
               ? (ngx_uint_t) state : 0;
+
+    /* and then its epoch: a forget marks it forgotten in the zone */
+
+    end = dash ? ngx_strlchr(dash + 1, v->data + v->len, '-') : NULL;
+    epoch = end ? ngx_atoi(dash + 1, end - dash - 1) : NGX_ERROR;
+
+    ch->epoch = (epoch > 0) ? (ngx_uint_t) epoch : 0;
     ch->admin = ad;
     ch->store = ad->store;
     ch->what = ad->what;
@@ -1351,7 +1359,8 @@ ngx_http_idempotency_admin_changed(ngx_http_idempotency_op_t *op)
          * row changed (409) or gone (404), drops that nginx's copy too.
          */
 
-        redis = ngx_http_idempotency_tier_forget(ch->store, ch->key_hash);
+        redis = ngx_http_idempotency_tier_forget(ch->store, ch->key_hash,
+                                                 ch->epoch);
     }
 
     if (op->affected_rows == 0) {
