@@ -593,11 +593,11 @@ ngx_http_idempotency_tier_forget(ngx_http_idempotency_store_t *store,
 static time_t
 ngx_http_idempotency_tier_retention(ngx_http_idempotency_store_t *store)
 {
-    void                              ***loc;
-    time_t                               ttl;
-    ngx_uint_t                           i;
-    ngx_http_idempotency_loc_conf_t     *ilcf;
-    ngx_http_idempotency_main_conf_t    *imcf;
+    void                            ***loc;
+    time_t                             ttl;
+    ngx_uint_t                         i;
+    ngx_http_idempotency_loc_conf_t   *ilcf;
+    ngx_http_idempotency_main_conf_t  *imcf;
 
     imcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
                                                ngx_http_idempotency_module);
