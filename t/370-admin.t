@@ -719,6 +719,8 @@ GET /admin?list=unknown
 
 
 === TEST 12: an if block inside the location answers as the location does
+--- http_config eval
+main::store()
 --- config
     location = /admin {
         idempotency_admin main;
