@@ -73,18 +73,26 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
 
     fuzz_assert(size >= NGX_HTTP_IDEMPOTENCY_ENTRY_HEAD_LEN);
-    fuzz_assert(e.flags == 0 || e.flags == NGX_HTTP_IDEMPOTENCY_ENTRY_FP);
+    fuzz_assert(e.flags == 0 || e.flags == NGX_HTTP_IDEMPOTENCY_ENTRY_FP
+                || e.flags == NGX_HTTP_IDEMPOTENCY_ENTRY_FORGOTTEN);
     fuzz_assert(e.expires > 0);
-    fuzz_assert(e.fingerprint == in + 16);
+    fuzz_assert(e.epoch > 0);
+    fuzz_assert(e.fingerprint == in + 20);
     rlen = size - NGX_HTTP_IDEMPOTENCY_ENTRY_HEAD_LEN;
 
     /* the canonical fixed part: without ENTRY_FP the fingerprint must be
      * zeros, which entry_head() writes */
 
     fuzz_assert(ngx_http_idempotency_entry_head(head, e.flags, e.fingerprint,
-                                                e.expires, rlen)
+                                                e.epoch, e.expires, rlen)
                 == head + sizeof(head));
     fuzz_assert(memcmp(head, in, sizeof(head)) == 0);
+
+    if (e.flags & NGX_HTTP_IDEMPOTENCY_ENTRY_FORGOTTEN) {
+        /* a mark: no record */
+        fuzz_assert(rlen == 0);
+        goto done;
+    }
 
     ngx_memzero(&rec, sizeof(rec));
     fuzz_assert(ngx_http_idempotency_record_parse(pool,

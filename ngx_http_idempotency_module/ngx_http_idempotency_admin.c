@@ -28,8 +28,16 @@
  * detached.  A change is not: its op's handler logs and counts it
  * whether or not its client is still there, so it is held by a record
  * in the op's own pool that forgets the request when the request ends.
+ * A statement given up on at query_timeout, read or change, detached or
+ * not, is ended on the server with KILL QUERY: an operator who retries
+ * does not pile up scans there.
  */
 
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+
+#include <mysqld_error.h>
 
 #include "ngx_http_idempotency_admin.h"
 #include "ngx_http_idempotency_ctx.h"
@@ -128,6 +136,7 @@ typedef struct {
     ngx_http_idempotency_store_t        *store;
     ngx_uint_t                           what;
     ngx_uint_t                           was;      /* the version's state */
+    ngx_uint_t                           epoch;    /* its epoch, 0: none */
     ngx_str_t                            addr;     /* the client's */
     u_char                   key_hash[NGX_HTTP_IDEMPOTENCY_HASH_LEN];
 } ngx_http_idempotency_admin_change_t;
@@ -188,6 +197,8 @@ static ngx_http_idempotency_op_t *ngx_http_idempotency_admin_op(
 static ngx_int_t ngx_http_idempotency_admin_hold(
     ngx_http_idempotency_admin_t *ad, ngx_http_idempotency_op_t *op);
 static void ngx_http_idempotency_admin_read(ngx_http_idempotency_op_t *op);
+static void ngx_http_idempotency_admin_kill(ngx_http_idempotency_op_t *op);
+static void ngx_http_idempotency_admin_killed(ngx_http_idempotency_op_t *op);
 static ngx_int_t ngx_http_idempotency_admin_collect(
     ngx_http_idempotency_admin_t *ad, ngx_http_idempotency_op_t *op,
     ngx_uint_t i);
@@ -920,7 +931,11 @@ ngx_http_idempotency_admin_op(ngx_http_idempotency_admin_t *ad,
 
     case NGX_HTTP_IDEMPOTENCY_ADMIN_LIST:
 
-        /* no index on state: the table is scanned (docs) */
+        /*
+         * ix_state_created (mysql/schema.sql) serves it: the rows of one
+         * state in the order asked (the primary key ends every entry of
+         * a secondary index), read until the limit, without a sort
+         */
 
         op->all_rows = 1;
 
@@ -969,8 +984,8 @@ static ngx_int_t
 ngx_http_idempotency_admin_hold(ngx_http_idempotency_admin_t *ad,
     ngx_http_idempotency_op_t *op)
 {
-    u_char                               *dash;
-    ngx_int_t                             state;
+    u_char                               *dash, *end;
+    ngx_int_t                             state, epoch;
     ngx_str_t                            *addr, *v;
     ngx_http_idempotency_admin_change_t  *ch;
 
@@ -1005,6 +1020,13 @@ ngx_http_idempotency_admin_hold(ngx_http_idempotency_admin_t *ad,
 
     ch->was = (state >= 0 && state <= NGX_HTTP_IDEMPOTENCY_ROW_UNKNOWN)
               ? (ngx_uint_t) state : 0;
+
+    /* and then its epoch: a forget marks it forgotten in the zone */
+
+    end = dash ? ngx_strlchr(dash + 1, v->data + v->len, '-') : NULL;
+    epoch = end ? ngx_atoi(dash + 1, end - dash - 1) : NGX_ERROR;
+
+    ch->epoch = (epoch > 0) ? (ngx_uint_t) epoch : 0;
     ch->admin = ad;
     ch->store = ad->store;
     ch->what = ad->what;
@@ -1035,6 +1057,8 @@ ngx_http_idempotency_admin_read(ngx_http_idempotency_op_t *op)
 
     ad->ops[i] = NULL;
     ad->pending--;
+
+    ngx_http_idempotency_admin_kill(op);
 
     if (op->rc != NGX_HTTP_IDEMPOTENCY_OP_OK) {
         ngx_http_idempotency_admin_failed(ad, op, ad->what,
@@ -1087,6 +1111,58 @@ ngx_http_idempotency_admin_read(ngx_http_idempotency_op_t *op)
     }
 
     ngx_http_idempotency_admin_finalize(ad, rc);
+}
+
+
+/*
+ * A statement that timed out (or lost its connection) while it ran may
+ * still run on the server, which goes on with a scan, or waits for a row
+ * lock, though the connection is shut: its thread is sent KILL QUERY on
+ * another connection, and nobody waits for the answer.
+ */
+
+static void
+ngx_http_idempotency_admin_kill(ngx_http_idempotency_op_t *op)
+{
+    ngx_http_idempotency_op_t  *kill;
+
+    if (!ngx_http_idempotency_op_unsure(op) || op->thread == 0) {
+        return;
+    }
+
+    kill = ngx_http_idempotency_sql_kill_query(op->shard, ngx_cycle->log,
+                                               op->thread);
+    if (kill == NULL) {
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
+                  "idempotency store \"%V\" mysql=%V: %s given up on, "
+                  "thread id %ui sent KILL QUERY", &op->shard->store->name,
+                  &op->shard->name, op->name, op->thread);
+
+    kill->handler = ngx_http_idempotency_admin_killed;
+    kill->data = NULL;
+
+    ngx_http_idempotency_op_run(kill);
+}
+
+
+static void
+ngx_http_idempotency_admin_killed(ngx_http_idempotency_op_t *op)
+{
+    /* no such thread: the statement ended on its own */
+
+    if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK || op->err == ER_NO_SUCH_THREAD) {
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_WARN, op->log, 0,
+                  "idempotency store \"%V\" mysql=%V: %V failed: %s%s%V; "
+                  "the statement runs on the server until it ends",
+                  &op->shard->store->name, &op->shard->name, &op->sql,
+                  ngx_http_idempotency_admin_rcs[ngx_min(op->rc, 4)],
+                  op->err_text.len ? ": " : "", &op->err_text);
 }
 
 
@@ -1259,6 +1335,8 @@ ngx_http_idempotency_admin_changed(ngx_http_idempotency_op_t *op)
         ad->change = NULL;
     }
 
+    ngx_http_idempotency_admin_kill(op);
+
     if (op->rc != NGX_HTTP_IDEMPOTENCY_OP_OK) {
         ngx_http_idempotency_admin_failed(ad, op, ch->what, log, &ch->addr);
 
@@ -1283,7 +1361,8 @@ ngx_http_idempotency_admin_changed(ngx_http_idempotency_op_t *op)
          * row changed (409) or gone (404), drops that nginx's copy too.
          */
 
-        redis = ngx_http_idempotency_tier_forget(ch->store, ch->key_hash);
+        redis = ngx_http_idempotency_tier_forget(ch->store, ch->key_hash,
+                                                 ch->epoch);
     }
 
     if (op->affected_rows == 0) {
@@ -1629,7 +1708,10 @@ ngx_http_idempotency_admin_finalize(ngx_http_idempotency_admin_t *ad,
 }
 
 
-/* the request ends: reads in flight are detached, a change goes on */
+/*
+ * the request ends: reads in flight are detached (all of them ran once
+ * any is pending), a change goes on
+ */
 
 static void
 ngx_http_idempotency_admin_cleanup(void *data)
@@ -1647,6 +1729,12 @@ ngx_http_idempotency_admin_cleanup(void *data)
     for (i = 0; i < ad->nops; i++) {
         if (ad->ops[i]) {
             ngx_http_idempotency_op_detach(ad->ops[i]);
+
+            if (ad->pending) {
+                /* it runs: still to be ended if it times out */
+                ad->ops[i]->handler = ngx_http_idempotency_admin_kill;
+            }
+
             ad->ops[i] = NULL;
         }
     }

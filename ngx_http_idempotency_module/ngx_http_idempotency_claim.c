@@ -647,7 +647,7 @@ ngx_http_idempotency_row_replay(ngx_http_request_t *r,
         ngx_http_idempotency_tier_put(ilcf->store, ctx->key_hash,
                                       ilcf->fingerprint
                                       ? NGX_HTTP_IDEMPOTENCY_ENTRY_FP : 0,
-                                      ctx->fingerprint,
+                                      ctx->fingerprint, ctx->epoch,
                                       ngx_time() + ttl_s, f->data, f->len);
     }
 

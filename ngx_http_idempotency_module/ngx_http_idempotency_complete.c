@@ -69,6 +69,7 @@ typedef struct {
     ngx_chain_t                    *body;
     size_t                          body_len;
     time_t                          expires;
+    ngx_uint_t                      epoch;     /* the claim's */
 
     unsigned                        asked:1;   /* max_allowed_packet */
     unsigned                        lost:1;    /* a connection lost */
@@ -151,6 +152,7 @@ ngx_http_idempotency_complete(ngx_http_idempotency_ctx_t *ctx,
     job->shard = ctx->shard;
     job->status = ctx->resp_status;
     job->expires = ctx->expires;
+    job->epoch = ctx->epoch;
     job->deadline = ngx_current_msec
                     + ngx_max(2 * ctx->conf->lease,
                               NGX_HTTP_IDEMPOTENCY_COMPLETE_TIME);
@@ -606,8 +608,9 @@ ngx_http_idempotency_job_tiers(ngx_http_idempotency_job_t *job)
     if (job->head.len) {
         ngx_http_idempotency_tier_put(job->store, job->key_hash,
                                       NGX_HTTP_IDEMPOTENCY_ENTRY_FP,
-                                      job->fingerprint, job->expires,
-                                      job->record.data, job->record.len);
+                                      job->fingerprint, job->epoch,
+                                      job->expires, job->record.data,
+                                      job->record.len);
     }
 }
 

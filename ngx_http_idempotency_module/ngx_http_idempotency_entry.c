@@ -28,23 +28,34 @@
 #include "ngx_http_idempotency_entry.h"
 
 
+/* what an entry's tag covers first: no other tag of the module starts so */
+#define NGX_HTTP_IDEMPOTENCY_ENTRY_DOMAIN  "idempotency-entry/2"
+
+#define NGX_HTTP_IDEMPOTENCY_ENTRY_FLAGS                                     \
+    (NGX_HTTP_IDEMPOTENCY_ENTRY_FP|NGX_HTTP_IDEMPOTENCY_ENTRY_FORGOTTEN)
+
+
 static void *ngx_http_idempotency_mac_key(ngx_str_t *secret);
 static void ngx_http_idempotency_mac_key_free(void *data);
+static ngx_int_t ngx_http_idempotency_mac_parts(void *key, ngx_str_t *parts,
+    ngx_uint_t n, u_char *tag);
 
 
 u_char *
 ngx_http_idempotency_entry_head(u_char *p, ngx_uint_t flags,
-    u_char *fingerprint, time_t expires, size_t record_len)
+    u_char *fingerprint, ngx_uint_t epoch, time_t expires,
+    size_t record_len)
 {
     p = ngx_cpymem(p, NGX_HTTP_IDEMPOTENCY_ENTRY_MAGIC,
                    sizeof(NGX_HTTP_IDEMPOTENCY_ENTRY_MAGIC) - 1);
     *p++ = NGX_HTTP_IDEMPOTENCY_ENTRY_VERSION;
-    *p++ = (u_char) (flags & NGX_HTTP_IDEMPOTENCY_ENTRY_FP);
+    *p++ = (u_char) (flags & NGX_HTTP_IDEMPOTENCY_ENTRY_FLAGS);
     *p++ = 0;
     *p++ = 0;
     *p++ = 0;
 
     p = ngx_http_idempotency_put_be(p, expires > 0 ? expires : 0, 8);
+    p = ngx_http_idempotency_put_be(p, epoch, 4);
 
     if (flags & NGX_HTTP_IDEMPOTENCY_ENTRY_FP) {
         p = ngx_cpymem(p, fingerprint, NGX_HTTP_IDEMPOTENCY_HASH_LEN);
@@ -88,7 +99,9 @@ ngx_http_idempotency_entry_parse(ngx_pool_t *pool, u_char *data, size_t len,
         return NGX_ERROR;
     }
 
-    if ((p[4] & ~NGX_HTTP_IDEMPOTENCY_ENTRY_FP) || p[5] || p[6] || p[7]) {
+    if ((p[4] & ~NGX_HTTP_IDEMPOTENCY_ENTRY_FLAGS) || p[5] || p[6] || p[7]
+        || p[4] == NGX_HTTP_IDEMPOTENCY_ENTRY_FLAGS)
+    {
         *why = "unknown flags";
         return NGX_ERROR;
     }
@@ -105,6 +118,14 @@ ngx_http_idempotency_entry_parse(ngx_pool_t *pool, u_char *data, size_t len,
     }
 
     e->expires = (time_t) t;
+
+    e->epoch = ngx_http_idempotency_get_be(p, 4);
+    p += 4;
+
+    if (e->epoch == 0) {
+        *why = "epoch 0";
+        return NGX_ERROR;
+    }
 
     e->fingerprint = p;
 
@@ -127,6 +148,20 @@ ngx_http_idempotency_entry_parse(ngx_pool_t *pool, u_char *data, size_t len,
         return NGX_ERROR;
     }
 
+    if (e->flags & NGX_HTTP_IDEMPOTENCY_ENTRY_FORGOTTEN) {
+
+        /* a mark: nothing to replay */
+
+        if (rlen) {
+            *why = "a forgotten mark with a record";
+            return NGX_ERROR;
+        }
+
+        ngx_memzero(&e->record, sizeof(ngx_http_idempotency_record_t));
+
+        return NGX_OK;
+    }
+
     if (ngx_http_idempotency_record_parse(pool, p, rlen, &e->record)
         != NGX_OK)
     {
@@ -137,6 +172,39 @@ ngx_http_idempotency_entry_parse(ngx_pool_t *pool, u_char *data, size_t len,
     if (ngx_http_idempotency_record_validate(&e->record, why) != NGX_OK) {
         return NGX_ERROR;
     }
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_idempotency_entry_version(u_char *data, size_t len)
+{
+    if (len < sizeof(NGX_HTTP_IDEMPOTENCY_ENTRY_MAGIC)
+        || ngx_memcmp(data, NGX_HTTP_IDEMPOTENCY_ENTRY_MAGIC,
+                      sizeof(NGX_HTTP_IDEMPOTENCY_ENTRY_MAGIC) - 1)
+           != 0
+        || data[3] != NGX_HTTP_IDEMPOTENCY_ENTRY_VERSION)
+    {
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_idempotency_entry_peek(u_char *data, size_t len, ngx_uint_t *epoch,
+    ngx_uint_t *flags)
+{
+    if (len < NGX_HTTP_IDEMPOTENCY_ENTRY_HEAD_LEN
+        || ngx_http_idempotency_entry_version(data, len) != NGX_OK)
+    {
+        return NGX_DECLINED;
+    }
+
+    *flags = data[4];
+    *epoch = ngx_http_idempotency_get_be(data + 16, 4);
 
     return NGX_OK;
 }
@@ -211,12 +279,13 @@ ngx_http_idempotency_mac_key_free(void *data)
 }
 
 
-ngx_int_t
-ngx_http_idempotency_mac(void *key, u_char *head, size_t hlen, u_char *data,
-    size_t len, u_char *tag)
+static ngx_int_t
+ngx_http_idempotency_mac_parts(void *key, ngx_str_t *parts, ngx_uint_t n,
+    u_char *tag)
 {
-    size_t        n;
+    size_t        len;
     ngx_int_t     rc;
+    ngx_uint_t    i;
     EVP_MAC_CTX  *ctx;
 
     ctx = EVP_MAC_CTX_dup(key);
@@ -224,12 +293,22 @@ ngx_http_idempotency_mac(void *key, u_char *head, size_t hlen, u_char *data,
         return NGX_ERROR;
     }
 
-    rc = (EVP_MAC_update(ctx, head, hlen) == 1
-          && EVP_MAC_update(ctx, data, len) == 1
-          && EVP_MAC_final(ctx, tag, &n, NGX_HTTP_IDEMPOTENCY_ENTRY_TAG_LEN)
-             == 1
-          && n == NGX_HTTP_IDEMPOTENCY_ENTRY_TAG_LEN)
-         ? NGX_OK : NGX_ERROR;
+    rc = NGX_OK;
+
+    for (i = 0; i < n; i++) {
+        if (EVP_MAC_update(ctx, parts[i].data, parts[i].len) != 1) {
+            rc = NGX_ERROR;
+            break;
+        }
+    }
+
+    if (rc == NGX_OK
+        && (EVP_MAC_final(ctx, tag, &len, NGX_HTTP_IDEMPOTENCY_ENTRY_TAG_LEN)
+            != 1
+            || len != NGX_HTTP_IDEMPOTENCY_ENTRY_TAG_LEN))
+    {
+        rc = NGX_ERROR;
+    }
 
     EVP_MAC_CTX_free(ctx);
 
@@ -266,12 +345,13 @@ ngx_http_idempotency_mac_key_free(void *data)
 }
 
 
-ngx_int_t
-ngx_http_idempotency_mac(void *key, u_char *head, size_t hlen, u_char *data,
-    size_t len, u_char *tag)
+static ngx_int_t
+ngx_http_idempotency_mac_parts(void *key, ngx_str_t *parts, ngx_uint_t n,
+    u_char *tag)
 {
     ngx_int_t     rc;
-    unsigned int  n;
+    ngx_uint_t    i;
+    unsigned int  len;
     HMAC_CTX     *ctx;
 
     ctx = HMAC_CTX_new();
@@ -279,12 +359,20 @@ ngx_http_idempotency_mac(void *key, u_char *head, size_t hlen, u_char *data,
         return NGX_ERROR;
     }
 
-    rc = (HMAC_CTX_copy(ctx, key) == 1
-          && HMAC_Update(ctx, head, hlen) == 1
-          && HMAC_Update(ctx, data, len) == 1
-          && HMAC_Final(ctx, tag, &n) == 1
-          && n == NGX_HTTP_IDEMPOTENCY_ENTRY_TAG_LEN)
-         ? NGX_OK : NGX_ERROR;
+    rc = (HMAC_CTX_copy(ctx, key) == 1) ? NGX_OK : NGX_ERROR;
+
+    for (i = 0; rc == NGX_OK && i < n; i++) {
+        if (HMAC_Update(ctx, parts[i].data, parts[i].len) != 1) {
+            rc = NGX_ERROR;
+        }
+    }
+
+    if (rc == NGX_OK
+        && (HMAC_Final(ctx, tag, &len) != 1
+            || len != NGX_HTTP_IDEMPOTENCY_ENTRY_TAG_LEN))
+    {
+        rc = NGX_ERROR;
+    }
 
     HMAC_CTX_free(ctx);
 
@@ -295,18 +383,57 @@ ngx_http_idempotency_mac(void *key, u_char *head, size_t hlen, u_char *data,
 
 
 ngx_int_t
-ngx_http_idempotency_entry_sign(void *key, u_char *key_hash, u_char *data,
+ngx_http_idempotency_mac(void *key, u_char *head, size_t hlen, u_char *data,
     size_t len, u_char *tag)
 {
-    return ngx_http_idempotency_mac(key, key_hash,
-                                    NGX_HTTP_IDEMPOTENCY_HASH_LEN, data, len,
-                                    tag);
+    ngx_str_t  parts[2];
+
+    parts[0].data = head;
+    parts[0].len = hlen;
+    parts[1].data = data;
+    parts[1].len = len;
+
+    return ngx_http_idempotency_mac_parts(key, parts, 2, tag);
+}
+
+
+/*
+ * The store's names are in the tag, each after its length: an entry
+ * copied to another store's key (another table, database or store that
+ * shares the secret and the Redis) does not verify there.
+ */
+
+ngx_int_t
+ngx_http_idempotency_entry_sign(void *key,
+    ngx_http_idempotency_store_t *store, u_char *key_hash, u_char *data,
+    size_t len, u_char *tag)
+{
+    u_char     *p;
+    ngx_str_t   parts[7];
+    u_char      lens[6];
+
+    p = ngx_http_idempotency_put_be(lens, store->name.len & 0xffff, 2);
+    p = ngx_http_idempotency_put_be(p, store->database.len & 0xffff, 2);
+    (void) ngx_http_idempotency_put_be(p, store->table.len & 0xffff, 2);
+
+    ngx_str_set(&parts[0], NGX_HTTP_IDEMPOTENCY_ENTRY_DOMAIN);
+    parts[1].data = lens;
+    parts[1].len = sizeof(lens);
+    parts[2] = store->name;
+    parts[3] = store->database;
+    parts[4] = store->table;
+    parts[5].data = key_hash;
+    parts[5].len = NGX_HTTP_IDEMPOTENCY_HASH_LEN;
+    parts[6].data = data;
+    parts[6].len = len;
+
+    return ngx_http_idempotency_mac_parts(key, parts, 7, tag);
 }
 
 
 ngx_int_t
-ngx_http_idempotency_entry_verify(ngx_array_t *keys, u_char *key_hash,
-    u_char *data, size_t len)
+ngx_http_idempotency_entry_verify(ngx_http_idempotency_store_t *store,
+    u_char *key_hash, u_char *data, size_t len)
 {
     void        **key;
     size_t        n;
@@ -318,12 +445,13 @@ ngx_http_idempotency_entry_verify(ngx_array_t *keys, u_char *key_hash,
     }
 
     n = len - NGX_HTTP_IDEMPOTENCY_ENTRY_TAG_LEN;
-    key = keys->elts;
+    key = store->secrets->elts;
 
     /* the newest secret first: after a rotation, old tags age out */
 
-    for (i = 0; i < keys->nelts; i++) {
-        if (ngx_http_idempotency_entry_sign(key[i], key_hash, data, n, tag)
+    for (i = 0; i < store->secrets->nelts; i++) {
+        if (ngx_http_idempotency_entry_sign(key[i], store, key_hash, data, n,
+                                            tag)
             != NGX_OK)
         {
             return NGX_ERROR;

@@ -561,6 +561,31 @@ ngx_http_idempotency_sql_kill(ngx_http_idempotency_shard_t *shard,
 }
 
 
+/*
+ * The server's thread that still runs a statement given up on (an
+ * operator's read or change past query_timeout): KILL QUERY ends the
+ * statement, and the thread then finds its client gone.
+ */
+
+ngx_http_idempotency_op_t *
+ngx_http_idempotency_sql_kill_query(ngx_http_idempotency_shard_t *shard,
+    ngx_log_t *log, ngx_uint_t thread)
+{
+    ngx_http_idempotency_op_t  *op;
+
+    op = ngx_http_idempotency_sql_text(shard, log, "kill query",
+                                       NGX_HTTP_IDEMPOTENCY_OP_OTHER);
+    if (op == NULL) {
+        return NULL;
+    }
+
+    op->sql.len = ngx_sprintf(op->sql.data, "KILL QUERY %ui", thread)
+                  - op->sql.data;
+
+    return op;
+}
+
+
 ngx_http_idempotency_op_t *
 ngx_http_idempotency_sql_running(ngx_http_idempotency_shard_t *shard,
     ngx_log_t *log, ngx_uint_t thread)

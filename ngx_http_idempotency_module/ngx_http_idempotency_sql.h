@@ -100,8 +100,13 @@ ngx_http_idempotency_op_t *ngx_http_idempotency_sql_complete(
     ngx_http_idempotency_shard_t *shard, ngx_log_t *log, u_char *key_hash,
     u_char *owner, ngx_uint_t state, ngx_uint_t status, ngx_str_t *record);
 
-/* KILL of a server thread; the count of its PROCESSLIST rows (0: gone) */
+/*
+ * KILL of a server thread, KILL QUERY of its statement; the count of its
+ * PROCESSLIST rows (0: gone)
+ */
 ngx_http_idempotency_op_t *ngx_http_idempotency_sql_kill(
+    ngx_http_idempotency_shard_t *shard, ngx_log_t *log, ngx_uint_t thread);
+ngx_http_idempotency_op_t *ngx_http_idempotency_sql_kill_query(
     ngx_http_idempotency_shard_t *shard, ngx_log_t *log, ngx_uint_t thread);
 ngx_http_idempotency_op_t *ngx_http_idempotency_sql_running(
     ngx_http_idempotency_shard_t *shard, ngx_log_t *log, ngx_uint_t thread);

@@ -15,6 +15,15 @@
  * the retention MySQL reported, counted down.  Anything a tier cannot
  * vouch for (unreadable, another format, a fingerprint it does not know)
  * is a miss, and MySQL answers.
+ *
+ * Redis is written by others too.  An entry's tag binds it to its key,
+ * its store and its epoch; what the tag cannot say is whether the entry
+ * is still current: an old entry of a key that an operator forgot since
+ * verifies as well as it did.  The one thing that knows here without a
+ * MySQL round trip is the cache zone: a forget leaves a mark of the
+ * forgotten epoch there, and a Redis entry no newer than what the zone
+ * knows of the key is refused (docs/design.md, "Redis entries and
+ * forget").
  */
 
 
@@ -35,6 +44,10 @@ static void ngx_http_idempotency_tier_reject(ngx_http_idempotency_ctx_t *ctx,
     const char *why, size_t len);
 static ngx_uint_t ngx_http_idempotency_tier_usable(
     ngx_http_idempotency_ctx_t *ctx);
+static const char *ngx_http_idempotency_tier_stale(
+    ngx_http_idempotency_ctx_t *ctx);
+static time_t ngx_http_idempotency_tier_retention(
+    ngx_http_idempotency_store_t *store);
 
 
 ngx_int_t
@@ -101,6 +114,11 @@ ngx_http_idempotency_tier_shm(ngx_http_idempotency_ctx_t *ctx,
     rc = ngx_http_idempotency_entry_parse(pool, data.data, data.len,
                                           &ctx->entry, &why);
 
+    if (rc == NGX_DECLINED) {
+        /* written by the module before an upgrade, kept over a reload */
+        goto miss;
+    }
+
     if (rc != NGX_OK) {
         /* only this module writes the zone: a bug, not an attack */
 
@@ -113,7 +131,9 @@ ngx_http_idempotency_tier_shm(ngx_http_idempotency_ctx_t *ctx,
 
     ctx->entry.expires = expires;
 
-    if (!ngx_http_idempotency_tier_usable(ctx)) {
+    if ((ctx->entry.flags & NGX_HTTP_IDEMPOTENCY_ENTRY_FORGOTTEN)
+        || !ngx_http_idempotency_tier_usable(ctx))
+    {
         goto miss;
     }
 
@@ -223,11 +243,26 @@ ngx_http_idempotency_tier_redis_entry(ngx_http_idempotency_ctx_t *ctx,
 
     /*
      * Whatever is not the module's own is never replayed: MySQL answers,
-     * and its replay writes a good entry over it.  The tag first, so that
-     * nothing of a foreign value is parsed.
+     * and its replay writes a good entry over it.  An entry of another
+     * format version (an nginx not yet upgraded, or one before) is a
+     * miss, not a value to warn of.  Then the tag, so that nothing of a
+     * foreign value is parsed.
      */
 
-    rc = ngx_http_idempotency_entry_verify(store->secrets, ctx->key_hash,
+    if (ngx_http_idempotency_entry_version(op->value.data, op->value.len)
+        != NGX_OK
+        && op->value.len >= sizeof(NGX_HTTP_IDEMPOTENCY_ENTRY_MAGIC)
+        && ngx_memcmp(op->value.data, NGX_HTTP_IDEMPOTENCY_ENTRY_MAGIC,
+                      sizeof(NGX_HTTP_IDEMPOTENCY_ENTRY_MAGIC) - 1)
+           == 0)
+    {
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
+                       "idempotency: redis entry of key %V is of another "
+                       "format version", &ctx->key_id);
+        return NGX_DECLINED;
+    }
+
+    rc = ngx_http_idempotency_entry_verify(store, ctx->key_hash,
                                            op->value.data, op->value.len);
 
     if (rc != NGX_OK) {
@@ -245,6 +280,20 @@ ngx_http_idempotency_tier_redis_entry(ngx_http_idempotency_ctx_t *ctx,
                                           &ctx->entry, &why);
 
     if (rc != NGX_OK) {
+        ngx_http_idempotency_tier_reject(ctx, why, op->value.len);
+        return NGX_DECLINED;
+    }
+
+    if (ctx->entry.flags & NGX_HTTP_IDEMPOTENCY_ENTRY_FORGOTTEN) {
+        /* the module keeps marks in the zone alone */
+        ngx_http_idempotency_tier_reject(ctx, "a forgotten mark",
+                                         op->value.len);
+        return NGX_DECLINED;
+    }
+
+    why = ngx_http_idempotency_tier_stale(ctx);
+
+    if (why) {
         ngx_http_idempotency_tier_reject(ctx, why, op->value.len);
         return NGX_DECLINED;
     }
@@ -343,6 +392,56 @@ ngx_http_idempotency_tier_reject(ngx_http_idempotency_ctx_t *ctx,
 
 
 /*
+ * A Redis entry that the cache zone knows to be past: the zone holds a
+ * forgotten mark of its epoch or a later one, or an entry of a later
+ * epoch (one the zone could not serve: its fingerprint unknown).  Only
+ * the zone's header is read.
+ */
+
+static const char *
+ngx_http_idempotency_tier_stale(ngx_http_idempotency_ctx_t *ctx)
+{
+    time_t                         expires;
+    ngx_str_t                      data;
+    ngx_pool_t                    *pool;
+    ngx_uint_t                     epoch, flags, stale;
+    ngx_http_idempotency_store_t  *store;
+
+    store = ctx->conf->store;
+    epoch = 0;
+    flags = 0;
+
+    if (store->cache == NULL
+        || ngx_http_idempotency_cache_get(store->cache, ctx->key_hash,
+                                          ctx->request->connection->log,
+                                          &pool, &data, &expires)
+           != NGX_OK)
+    {
+        return NULL;
+    }
+
+    stale = 0;
+
+    if (ngx_http_idempotency_entry_peek(data.data, data.len, &epoch, &flags)
+        == NGX_OK)
+    {
+        stale = (flags & NGX_HTTP_IDEMPOTENCY_ENTRY_FORGOTTEN)
+                ? ctx->entry.epoch <= epoch : ctx->entry.epoch < epoch;
+    }
+
+    ngx_destroy_pool(pool);
+
+    if (!stale) {
+        return NULL;
+    }
+
+    return (flags & NGX_HTTP_IDEMPOTENCY_ENTRY_FORGOTTEN)
+           ? "an entry of an epoch an operator forgot here"
+           : "an entry of an epoch older than the cache zone's";
+}
+
+
+/*
  * An entry whose row fingerprint is unknown cannot say 422 or replay to
  * a request that compares fingerprints: MySQL has to.
  */
@@ -366,8 +465,8 @@ ngx_http_idempotency_tier_usable(ngx_http_idempotency_ctx_t *ctx)
 
 void
 ngx_http_idempotency_tier_put(ngx_http_idempotency_store_t *store,
-    u_char *key_hash, ngx_uint_t flags, u_char *fingerprint, time_t expires,
-    u_char *record, size_t len)
+    u_char *key_hash, ngx_uint_t flags, u_char *fingerprint, ngx_uint_t epoch,
+    time_t expires, u_char *record, size_t len)
 {
     void                            **secrets;
     u_char                           *data, *p;
@@ -397,8 +496,10 @@ ngx_http_idempotency_tier_put(ngx_http_idempotency_store_t *store,
         return;
     }
 
-    p = ngx_http_idempotency_entry_head(data, flags, fingerprint, expires,
-                                        len);
+    p = ngx_http_idempotency_entry_head(data,
+                                        flags & NGX_HTTP_IDEMPOTENCY_ENTRY_FP,
+                                        fingerprint, ngx_max(epoch, 1),
+                                        expires, len);
     ngx_memcpy(p, record, len);
 
     if (store->cache) {
@@ -424,8 +525,8 @@ ngx_http_idempotency_tier_put(ngx_http_idempotency_store_t *store,
 
     secrets = store->secrets->elts;
 
-    if (ngx_http_idempotency_entry_sign(secrets[0], key_hash, data, size,
-                                        data + size)
+    if (ngx_http_idempotency_entry_sign(secrets[0], store, key_hash, data,
+                                        size, data + size)
         != NGX_OK)
     {
         ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,
@@ -452,15 +553,31 @@ ngx_http_idempotency_tier_put(ngx_http_idempotency_store_t *store,
  * Called once the row is gone or changed, not before: a duplicate that
  * read the row before then may still put the entry back (its replay
  * fills the tiers), which is the one way a forgotten response replays on
- * this nginx.
+ * this nginx.  The zone's entry gives way to a forgotten mark of epoch
+ * (0: unknown, the entry just goes), kept as long as an entry of that
+ * epoch may live, so that its copy put back in Redis is refused here.
  */
 
 ngx_int_t
 ngx_http_idempotency_tier_forget(ngx_http_idempotency_store_t *store,
-    u_char *key_hash)
+    u_char *key_hash, ngx_uint_t epoch)
 {
+    u_char  mark[NGX_HTTP_IDEMPOTENCY_ENTRY_HEAD_LEN];
+    time_t  expires;
+
     if (store->cache) {
         (void) ngx_http_idempotency_cache_delete(store->cache, key_hash);
+
+        if (epoch && store->redis_name.len) {
+            expires = ngx_time() + ngx_http_idempotency_tier_retention(store);
+
+            (void) ngx_http_idempotency_entry_head(mark,
+                                         NGX_HTTP_IDEMPOTENCY_ENTRY_FORGOTTEN,
+                                         NULL, epoch, expires, 0);
+
+            ngx_http_idempotency_cache_put(store->cache, key_hash, expires,
+                                           mark, sizeof(mark));
+        }
     }
 
     if (store->redis_name.len == 0) {
@@ -468,6 +585,34 @@ ngx_http_idempotency_tier_forget(ngx_http_idempotency_store_t *store,
     }
 
     return ngx_http_idempotency_redis_del(store, key_hash);
+}
+
+
+/* the longest idempotency_ttl of the locations that use the store */
+
+static time_t
+ngx_http_idempotency_tier_retention(ngx_http_idempotency_store_t *store)
+{
+    void                            ***loc;
+    time_t                             ttl;
+    ngx_uint_t                         i;
+    ngx_http_idempotency_loc_conf_t   *ilcf;
+    ngx_http_idempotency_main_conf_t  *imcf;
+
+    imcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                               ngx_http_idempotency_module);
+    loc = imcf->locations.elts;
+    ttl = 0;
+
+    for (i = 0; i < imcf->locations.nelts; i++) {
+        ilcf = loc[i][ngx_http_idempotency_module.ctx_index];
+
+        if (ilcf->store == store) {
+            ttl = ngx_max(ttl, ilcf->ttl);
+        }
+    }
+
+    return ttl ? ttl : 86400;
 }
 
 

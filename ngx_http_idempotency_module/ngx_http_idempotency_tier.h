@@ -41,20 +41,21 @@ ngx_int_t ngx_http_idempotency_tier_lookup(ngx_http_idempotency_ctx_t *ctx,
 ngx_int_t ngx_http_idempotency_tier_peek(ngx_http_idempotency_ctx_t *ctx);
 
 /*
- * A completed response, as the row holds it, into every tier: flags and
- * fingerprint as in entry.h.
+ * A completed response, as the row holds it, into every tier: flags,
+ * fingerprint and the row's epoch as in entry.h.
  */
 void ngx_http_idempotency_tier_put(ngx_http_idempotency_store_t *store,
-    u_char *key_hash, ngx_uint_t flags, u_char *fingerprint, time_t expires,
-    u_char *record, size_t len);
+    u_char *key_hash, ngx_uint_t flags, u_char *fingerprint, ngx_uint_t epoch,
+    time_t expires, u_char *record, size_t len);
 
 /*
- * An operator forgot a completed key: this nginx's cache zone drops its
- * entry and Redis is sent a DEL.  NGX_DECLINED: the store has Redis and
+ * An operator forgot a completed key of epoch (0: not known): this
+ * nginx's cache zone drops its entry and keeps a mark of the epoch
+ * instead, Redis is sent a DEL.  NGX_DECLINED: the store has Redis and
  * the DEL was not sent (Redis is down); the entry lives until its TTL.
  */
 ngx_int_t ngx_http_idempotency_tier_forget(
-    ngx_http_idempotency_store_t *store, u_char *key_hash);
+    ngx_http_idempotency_store_t *store, u_char *key_hash, ngx_uint_t epoch);
 
 /* the request ends: a Redis lookup in flight is detached */
 void ngx_http_idempotency_tier_cleanup(ngx_http_idempotency_ctx_t *ctx);

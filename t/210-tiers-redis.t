@@ -17,6 +17,7 @@ use Test::Nginx::Socket 'no_plan';
 use IdemTest;
 use TierTest;
 use Time::HiRes ();
+use Digest::SHA ();
 
 # the outage tests' redis_timeout: under valgrind even a healthy Redis
 # can look slower than 200 ms
@@ -33,12 +34,30 @@ start_redis($ENV{TEST_NGINX_REDIS2_PORT}, '--requirepass', 't210-pass');
 sub entry {
     my (%e) = @_;
     my $fp = defined $e{fp} ? pack('H64', $e{fp}) : "\0" x 32;
-    my $entry = 'IDE' . pack('CCC3Q>a32N', $e{version} // 1, $e{flags} // 1,
-                             0, 0, 0, $e{expires} // time + 3600, $fp,
+    my $entry = 'IDE' . pack('CCC3Q>Na32N', $e{version} // 2, $e{flags} // 1,
+                             0, 0, 0, $e{expires} // time + 3600,
+                             $e{epoch} // 1, $fp,
                              $e{len} // length $e{record})
                 . $e{record};
     return $entry if defined $e{secret} && $e{secret} eq '';
-    return TierTest::signed('', $e{key}, $entry, $e{secret});
+    return signed2($e{key}, $entry, $e{secret});
+}
+
+# the entry followed by its tag, as the module writes it to Redis for key
+# (scope '') in the store "main" of tier_stores (its database, the default
+# table): HMAC-SHA256 over the domain, the store's names, the key hash and
+# the entry
+sub signed2 {
+    my ($key, $entry, $secret, $store, $table) = @_;
+    my $db = $ENV{TEST_NGINX_MYSQL_DB};
+    $store //= 'main';
+    $table //= 'idempotency_keys';
+    return $entry . Digest::SHA::hmac_sha256(
+        'idempotency-entry/2'
+        . pack('nnn', length $store, length $db, length $table)
+        . $store . $db . $table
+        . pack('H64', IdemStress::key_hash_hex($key, '')) . $entry,
+        $secret // $TierTest::SECRET);
 }
 
 sub r2 { redis_cmd($ENV{TEST_NGINX_REDIS2_PORT}, ['AUTH', 't210-pass'], @_) }
@@ -272,8 +291,7 @@ my @bad = (
     [$good . 'x', "the module's entry with a byte appended"],
     [substr($good, 0, -32), "the module's entry without its tag"],
     # signed, yet no entry a replay may send: the tag is no licence
-    [TierTest::signed('', 't210-7', "IDE\x01" . "\0" x 10),
-     'truncated entry'],
+    [main::signed2('t210-7', "IDE\x02" . "\0" x 10), 'truncated entry'],
     [main::entry(%k, record => $rec, len => length($rec) + 1),
      'record length does not match'],
     [main::entry(%k, record => 'IDR1 not a record'), 'malformed record'],
@@ -326,7 +344,7 @@ like($lines[0] // '', qr/\[warn\].*redis=127\.0\.0\.1:\d+: value of key $id igno
      'it names the first, by the key hash');
 # the block: an entry of another format version, signed, within the minute
 redis_cmd($port, 'SET', $key,
-          main::entry(%k, version => 2, record => $rec));
+          main::entry(%k, version => 3, record => $rec));
 --- more_headers
 Idempotency-Key: t210-7
 --- request
@@ -740,8 +758,7 @@ wait_redis($port, 'main', 't210-22-w');
 my $v = redis_cmd($port, 'GET', redis_key('main', '', 't210-22-w'));
 my $entry = substr($v, 0, -32);
 is(unpack('H*', substr($v, -32)),
-   unpack('H*', substr(TierTest::signed('', 't210-22-w', $entry, $n{new}),
-                       -32)),
+   unpack('H*', substr(main::signed2('t210-22-w', $entry, $n{new}), -32)),
    'the entry written is signed with the first secret');
 --- more_headers
 Idempotency-Key: t210-22-w

@@ -17,6 +17,7 @@ use IdemTest;
 use TierTest;
 use IO::Socket::INET ();
 use JSON::PP ();
+use Digest::SHA ();
 
 our $T = 'keys_t370';
 our $M1 = $ENV{TEST_NGINX_MYSQL_PORT};
@@ -120,6 +121,39 @@ sub send_and_close {
     print $s $req;
     select(undef, undef, undef, 0.2);
     close $s;
+}
+
+# another session that holds the row of key hash $kh (SELECT ... FOR
+# UPDATE in an open transaction) until release_row()
+sub hold_row {
+    my ($kh) = @_;
+
+    open my $fh, '|-', 'mariadb', '--no-defaults', '--batch',
+         '--protocol=socket', "--socket=$ENV{TEST_NGINX_MYSQL_SOCKET}",
+         '-u', 'root', $ENV{TEST_NGINX_MYSQL_DB}
+        or die "mariadb: $!";
+    my $old = select $fh; $| = 1; select $old;
+    print $fh "BEGIN; SELECT state FROM $T WHERE key_hash = X'$kh'"
+              . " FOR UPDATE;\n";
+    IdemStress::wait_for('the row held', 10, sub {
+        sql_root($ENV{TEST_NGINX_MYSQL_SOCKET},
+                 "SELECT COUNT(*) FROM information_schema.INNODB_TRX"
+                 . " WHERE trx_rows_locked > 0") ne "0\n" }, 0.1);
+    return $fh;
+}
+
+sub release_row {
+    my ($fh) = @_;
+    print $fh "COMMIT;\n";
+    close $fh;
+}
+
+# statements the server runs now that start with $text
+sub running {
+    my ($text) = @_;
+    return 0 + sql_root($ENV{TEST_NGINX_MYSQL_SOCKET},
+                        "SELECT COUNT(*) FROM information_schema.PROCESSLIST"
+                        . " WHERE INFO LIKE '$text%'");
 }
 
 our $TIME = qr/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
@@ -271,7 +305,13 @@ is($j->{state}, 'unknown', 'TEST 3: unknown');
 ok(!$j->{renewing}, 'TEST 3: nobody renews it');
 like($j->{version}, qr/^3-1-/, 'TEST 3: a version of state 3');
 my $r = main::order($key);
-unlike($r->{status}, qr/^2/, "TEST 3: a retry is not run ($r->{status})");
+is($r->{status}, 502, 'TEST 3: a retry is not run: 502');
+is($r->{headers}{'content-type'}[0], 'application/problem+json',
+   'TEST 3: ... problem+json');
+my $p = JSON::PP::decode_json($r->{body});
+is_deeply([ @$p{qw(type title status)} ],
+          [ 'urn:ngx-idempotency:problem:outcome-unknown', 'Outcome unknown',
+            502 ], 'TEST 3: ... outcome-unknown');
 is(main::count($key), 1, 'TEST 3: ... executed once');
 my $f = main::admin('POST', "action=forget&key=$key&version=$j->{version}");
 is($f->{status}, 409, 'TEST 3: forget: 409');
@@ -519,7 +559,7 @@ is(scalar @{ main::admin('GET', 'list=unknown')->{json}{keys} }, 3,
    'TEST 8: three left');
 --- request
 GET /admin?list=unknown&limit=3
---- response_body_like: "truncated":false
+--- response_body_like: ^\{"keys":\[\{"key_hash":"[0-9a-f]{64}","state":"unknown",[^\]]*\},\{[^\]]*"state":"unknown",[^\]]*\},\{[^\]]*"state":"unknown",[^\]]*\}\],"limit":3,"truncated":false\}$
 --- no_error_log
 [error]
 
@@ -657,8 +697,9 @@ $main::relay = tcp_proxy($main::SLOW, $main::M1, 0.3);
 main::put_row(key => 't370-11', state => 3);
 my $j = main::admin('GET', 'key=t370-11')->{json};
 main::send_and_close("GET /slow?list=unknown HTTP/1.1\r\nHost: x\r\n\r\n");
-IdemStress::wait_for('the listing, detached', 20, sub {
-    main::error_log() =~ /admin list finished: rc=0 err=0 \(detached\)/
+# let go of: it ends on its own, and only a timeout would be acted on
+IdemStress::wait_for('the listing, let go of', 20, sub {
+    main::error_log() =~ /admin list finished: rc=0 err=0/
 }, 0.2);
 main::send_and_close("POST /slow?action=release&key=t370-11&version="
                      . "$j->{version} HTTP/1.1\r\nHost: x\r\n"
@@ -672,13 +713,15 @@ kill 'KILL', $main::relay;
 waitpid $main::relay, 0;
 --- request
 GET /admin?list=unknown
---- response_body_like: "truncated":false
+--- response_body_like: ^\{"keys":\[.*\],"limit":100,"truncated":false\}$
 --- no_error_log
 [error]
 
 
 
 === TEST 12: an if block inside the location answers as the location does
+--- http_config eval
+main::store()
 --- config
     location = /admin {
         idempotency_admin main;
@@ -686,9 +729,91 @@ GET /admin?list=unknown
             add_header X-If yes;
         }
     }
+--- init
+sql("DELETE FROM $main::T");
 --- request
 GET /admin?list=unknown
 --- error_code: 200
 --- response_headers
 X-If: yes
---- response_body_like: "keys":\[
+Content-Type: application/json
+--- response_body
+{"keys":[],"limit":100,"truncated":false}
+
+
+
+=== TEST 13: a change past query_timeout is ended on the server (KILL QUERY): a release that waited for a row lock is not made behind the operator's back
+--- http_config eval
+main::store(query_timeout => '300ms')
+--- config eval
+main::admin_location()
+--- init
+my $key = 't370-13';
+my $kh = key_hash_hex($key);
+main::put_row(key => $key, state => 3);
+my $j = main::admin('GET', "key=$key")->{json};
+# another session holds the row: the release's UPDATE waits for it
+my $holder = main::hold_row($kh);
+my $x = main::admin('POST', "action=release&key=$key&version=$j->{version}");
+is($x->{status}, 503, 'TEST 13: the release timed out: 503');
+is($x->{json}{type}, 'urn:ngx-idempotency:problem:store-unavailable',
+   'TEST 13: ... store-unavailable');
+is($x->{json}{detail}, "The store failed (mysql=127.0.0.1:$main::M1: timed "
+                       . "out): the change may or may not have been made; "
+                       . "read the key again.", 'TEST 13: ... its detail');
+# while the row is still held, the server no longer runs the UPDATE
+IdemStress::wait_for('the UPDATE ended on the server', 10, sub {
+    main::running("UPDATE `$main::T`") == 0 });
+like(main::error_log(), qr/\[notice\] .*idempotency store "main" mysql=127\.0\.0\.1:\d+: admin release given up on, thread id \d+ sent KILL QUERY/,
+     'TEST 13: the notice line');
+main::release_row($holder);
+my $now = main::admin('GET', "key=$key")->{json};
+is_deeply([ @$now{qw(state version expired)} ],
+          [ 'unknown', $j->{version}, JSON::PP::false ],
+          'TEST 13: the row is as the operator read it');
+--- request
+GET /admin?key=t370-13
+--- response_body_like: ^\{"key_hash":"[0-9a-f]{64}","state":"unknown",.*"expired":false,
+--- error_log eval
+qr/\[error\] .*mysql=127\.0\.0\.1:\d+: admin release failed: timed out \(client 127\.0\.0\.1\)/
+
+
+
+=== TEST 14: a listing on a table of many rows reads only the rows of its state, in the index's order: no scan, no sort
+--- http_config eval
+main::store()
+--- config eval
+main::admin_location()
+--- init
+my $sock = $ENV{TEST_NGINX_MYSQL_SOCKET};
+sql("DELETE FROM $main::T");
+# 20 000 completed keys, one in a thousand of unknown outcome, a second
+# apart, the newest first in the table's (key hash) order
+sql_root($sock, "INSERT INTO $main::T (key_hash, state, owner, epoch,"
+    . " fingerprint, created_at, lease_until, expires_at)"
+    . " SELECT UNHEX(SHA2(CONCAT('t370-14-', seq), 256)),"
+    . " IF(seq % 1000 = 0, 3, 1), X'" . ('5a' x 16) . "', 1, X'"
+    . ('00' x 32) . "', '2026-01-01' + INTERVAL (20001 - seq) SECOND,"
+    . " '2026-01-01', UTC_TIMESTAMP(3) + INTERVAL 1 DAY"
+    . " FROM seq_1_to_20000");
+my @c = qw(Handler_read_rnd_next Handler_read_next Sort_rows Sort_scan
+           Sort_range);
+my $s0 = IdemStress::server_status($sock, @c);
+my $r = main::admin('GET', 'list=unknown&limit=5');
+my $s1 = IdemStress::server_status($sock, @c);
+is($r->{status}, 200, 'TEST 14: 200');
+my $sha = sub { Digest::SHA::sha256_hex("t370-14-$_[0]") };
+is_deeply(main::hashes($r), [ map { $sha->(1000 * $_) } reverse 16 .. 20 ],
+          'TEST 14: the five oldest of unknown outcome');
+ok($r->{json}{truncated}, 'TEST 14: ... truncated');
+my %d = map { $_ => $s1->{$_} - $s0->{$_} } @c;
+is("$d{Sort_rows} $d{Sort_scan} $d{Sort_range}", '0 0 0',
+   'TEST 14: nothing sorted');
+cmp_ok($d{Handler_read_rnd_next} + $d{Handler_read_next}, '<', 2000,
+       'TEST 14: a few rows read, not 20 000');
+--- request
+GET /admin?list=in_progress
+--- response_body
+{"keys":[],"limit":100,"truncated":false}
+--- no_error_log
+[error]
