@@ -37,8 +37,6 @@
 #include <ngx_config.h>
 #include <ngx_core.h>
 
-#include <mysqld_error.h>
-
 #include "ngx_http_idempotency_admin.h"
 #include "ngx_http_idempotency_ctx.h"
 #include "ngx_http_idempotency_key.h"
@@ -1153,7 +1151,9 @@ ngx_http_idempotency_admin_killed(ngx_http_idempotency_op_t *op)
 {
     /* no such thread: the statement ended on its own */
 
-    if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK || op->err == ER_NO_SUCH_THREAD) {
+    if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK
+        || op->cause == NGX_HTTP_IDEMPOTENCY_CAUSE_NO_THREAD)
+    {
         return;
     }
 
