@@ -26,6 +26,8 @@
 static ngx_http_idempotency_op_t *ngx_http_idempotency_sql_text(
     ngx_http_idempotency_shard_t *shard, ngx_log_t *log, const char *name,
     ngx_uint_t kind);
+static ngx_http_idempotency_op_t *ngx_http_idempotency_admin_text(
+    ngx_http_idempotency_shard_t *shard, ngx_log_t *log, size_t extra);
 static u_char *ngx_http_idempotency_owned(u_char *p, u_char *key_hash,
     u_char *owner);
 static u_char *ngx_http_idempotency_hex(u_char *p, u_char *src, size_t len);
@@ -782,20 +784,15 @@ ngx_http_idempotency_sql_admin_show(ngx_http_idempotency_shard_t *shard,
     ngx_log_t *log, u_char *key_hash)
 {
     u_char                     *p;
-    ngx_str_t                  *table;
     ngx_http_idempotency_op_t  *op;
 
-    table = &shard->store->table;
-
-    op = ngx_http_idempotency_op_create(shard, log,
-                                     sizeof(ngx_http_idempotency_admin_columns)
-                                     + table->len + 256);
+    op = ngx_http_idempotency_admin_text(shard, log, 0);
     if (op == NULL) {
         return NULL;
     }
 
     p = ngx_sprintf(op->sql.data, "SELECT %s FROM `%V` WHERE key_hash = ",
-                    ngx_http_idempotency_admin_columns, table);
+                    ngx_http_idempotency_admin_columns, &shard->store->table);
     p = ngx_http_idempotency_hex(p, key_hash, NGX_HTTP_IDEMPOTENCY_HASH_LEN);
 
     op->sql.len = p - op->sql.data;
@@ -808,14 +805,9 @@ ngx_http_idempotency_op_t *
 ngx_http_idempotency_sql_admin_list(ngx_http_idempotency_shard_t *shard,
     ngx_log_t *log, ngx_uint_t state, ngx_uint_t rows)
 {
-    ngx_str_t                  *table;
     ngx_http_idempotency_op_t  *op;
 
-    table = &shard->store->table;
-
-    op = ngx_http_idempotency_op_create(shard, log,
-                                     sizeof(ngx_http_idempotency_admin_columns)
-                                     + table->len + 512);
+    op = ngx_http_idempotency_admin_text(shard, log, 0);
     if (op == NULL) {
         return NULL;
     }
@@ -835,8 +827,9 @@ ngx_http_idempotency_sql_admin_list(ngx_http_idempotency_shard_t *shard,
                               "AND expires_at > UTC_TIMESTAMP(3) "
                               "AND key_hash <> %s "
                               "ORDER BY created_at, key_hash LIMIT %ui",
-                              ngx_http_idempotency_admin_columns, table,
-                              state, ngx_http_idempotency_admin_zero, rows)
+                              ngx_http_idempotency_admin_columns,
+                              &shard->store->table, state,
+                              ngx_http_idempotency_admin_zero, rows)
                   - op->sql.data;
 
     return op;
@@ -854,10 +847,7 @@ ngx_http_idempotency_sql_admin_change(ngx_http_idempotency_shard_t *shard,
 
     table = &shard->store->table;
 
-    op = ngx_http_idempotency_op_create(shard, log,
-                                     sizeof(ngx_http_idempotency_admin_columns)
-                                     + sizeof(NGX_HTTP_IDEMPOTENCY_SQL_VERSION)
-                                     + 2 * table->len + version->len + 512);
+    op = ngx_http_idempotency_admin_text(shard, log, version->len);
     if (op == NULL) {
         return NULL;
     }
@@ -882,6 +872,21 @@ ngx_http_idempotency_sql_admin_change(ngx_http_idempotency_shard_t *shard,
     op->sql.len = p - op->sql.data;
 
     return op;
+}
+
+
+/* an op for an operator's statement, with room for it and extra bytes */
+
+static ngx_http_idempotency_op_t *
+ngx_http_idempotency_admin_text(ngx_http_idempotency_shard_t *shard,
+    ngx_log_t *log, size_t extra)
+{
+    return ngx_http_idempotency_op_create(shard, log,
+                                     sizeof(ngx_http_idempotency_admin_columns)
+                                     + sizeof(NGX_HTTP_IDEMPOTENCY_SQL_VERSION)
+                                     + sizeof(NGX_HTTP_IDEMPOTENCY_SQL_RELEASE)
+                                     + 2 * shard->store->table.len + 512
+                                     + extra);
 }
 
 
