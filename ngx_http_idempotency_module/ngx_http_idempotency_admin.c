@@ -14,10 +14,10 @@
  * by key and scope, hashed as the request path hashes them), the keys in
  * progress or of unknown outcome (every shard asked, the answers merged,
  * oldest first), and the two changes an operator may make.  A change is
- * one UPDATE conditional on the row's version, the text the operator
- * read with GET: a row that was renewed, completed or taken over since
- * stays.  It releases the row as the module does (sql.h): the owner it
- * had can neither renew nor complete it, the next claim takes it as a
+ * one UPDATE (sql.c) conditional on the row's version, the text the
+ * operator read with GET: a row that was renewed, completed or taken over
+ * since stays.  It releases the row as the module does (sql.h): the owner
+ * it had can neither renew nor complete it, the next claim takes it as a
  * new operation and goes on counting its epoch.  "release" applies to
  * keys in progress or of unknown outcome (a retry then runs anew);
  * "forget" to completed keys, whose entries in this nginx's replay tiers
@@ -36,8 +36,6 @@
 
 #include <ngx_config.h>
 #include <ngx_core.h>
-
-#include <mysqld_error.h>
 
 #include "ngx_http_idempotency_admin.h"
 #include "ngx_http_idempotency_ctx.h"
@@ -71,13 +69,6 @@
 #define NGX_HTTP_IDEMPOTENCY_ADMIN_A_VERSION  6
 #define NGX_HTTP_IDEMPOTENCY_ADMIN_NARGS      7
 
-/* the columns of ngx_http_idempotency_admin_columns */
-#define NGX_HTTP_IDEMPOTENCY_ADMIN_F_HASH     0
-#define NGX_HTTP_IDEMPOTENCY_ADMIN_F_STATE    1
-#define NGX_HTTP_IDEMPOTENCY_ADMIN_F_CREATED  3
-#define NGX_HTTP_IDEMPOTENCY_ADMIN_F_VERSION  10
-#define NGX_HTTP_IDEMPOTENCY_ADMIN_F_COUNT    11
-
 /* how a column is written in JSON */
 #define NGX_HTTP_IDEMPOTENCY_ADMIN_J_TEXT     0
 #define NGX_HTTP_IDEMPOTENCY_ADMIN_J_TIME     1
@@ -87,34 +78,6 @@
 
 /* a key hash in hex */
 #define NGX_HTTP_IDEMPOTENCY_ADMIN_HEX      (2 * NGX_HTTP_IDEMPOTENCY_HASH_LEN)
-
-
-/*
- * The row as an operator sees it, times as ISO 8601 (UTC, the database's
- * own), and its version: every change of a row (a renewal, a completion,
- * a takeover, a new claim) changes its state, epoch, owner or lease.
- */
-
-#define NGX_HTTP_IDEMPOTENCY_ADMIN_SQL_VERSION                               \
-    "CONCAT(state, '-', epoch, '-', HEX(owner), '-', "                       \
-    "DATE_FORMAT(lease_until, '%Y%m%d%H%i%s%f'))"
-
-#define NGX_HTTP_IDEMPOTENCY_ADMIN_SQL_TIME(column)                          \
-    "LEFT(DATE_FORMAT(" column ", '%Y-%m-%dT%H:%i:%s.%f'), 23)"
-
-static const char  ngx_http_idempotency_admin_columns[] =
-    "LOWER(HEX(key_hash)), state, epoch, "
-    NGX_HTTP_IDEMPOTENCY_ADMIN_SQL_TIME("created_at") ", "
-    NGX_HTTP_IDEMPOTENCY_ADMIN_SQL_TIME("lease_until") ", "
-    NGX_HTTP_IDEMPOTENCY_ADMIN_SQL_TIME("expires_at") ", "
-    "status, IFNULL(OCTET_LENGTH(response), 0), "
-    "state = 0 AND lease_until > UTC_TIMESTAMP(3), "
-    "expires_at <= UTC_TIMESTAMP(3), "
-    NGX_HTTP_IDEMPOTENCY_ADMIN_SQL_VERSION;
-
-/* the purge lease's row is no key: never listed */
-static const char  ngx_http_idempotency_admin_zero[] =
-    "X'0000000000000000000000000000000000000000000000000000000000000000'";
 
 
 /* a member of a row's JSON, made of a column */
@@ -890,89 +853,41 @@ static ngx_http_idempotency_op_t *
 ngx_http_idempotency_admin_op(ngx_http_idempotency_admin_t *ad,
     ngx_http_idempotency_shard_t *shard)
 {
-    u_char                     *p, *last;
-    size_t                      size;
-    ngx_log_t                  *log;
-    ngx_str_t                  *table;
+    ngx_str_t                  *v;
+    ngx_uint_t                  forget;
     ngx_http_idempotency_op_t  *op;
-    u_char                      hex[NGX_HTTP_IDEMPOTENCY_ADMIN_HEX];
 
-    table = &ad->store->table;
+    switch (ad->what) {
 
-    size = 2 * sizeof(ngx_http_idempotency_admin_columns)
-           + sizeof(NGX_HTTP_IDEMPOTENCY_ADMIN_SQL_VERSION)
-           + 2 * table->len + 4 * sizeof(hex) + 256
-           + ad->args[NGX_HTTP_IDEMPOTENCY_ADMIN_A_VERSION].len;
+    case NGX_HTTP_IDEMPOTENCY_ADMIN_SHOW:
+        op = ngx_http_idempotency_sql_admin_show(shard,
+                                                 ad->request->connection->log,
+                                                 ad->key_hash);
+        break;
 
-    /* a change may outlive its request, and its connection's log */
+    case NGX_HTTP_IDEMPOTENCY_ADMIN_LIST:
+        op = ngx_http_idempotency_sql_admin_list(shard,
+                                                 ad->request->connection->log,
+                                                 ad->state, ad->limit + 1);
+        break;
 
-    log = (ad->what >= NGX_HTTP_IDEMPOTENCY_ADMIN_RELEASE)
-          ? ngx_cycle->log : ad->request->connection->log;
+    default: /* RELEASE, FORGET */
 
-    op = ngx_http_idempotency_op_create(shard, log, size);
+        /* a change may outlive its request, and its connection's log */
+
+        v = &ad->args[NGX_HTTP_IDEMPOTENCY_ADMIN_A_VERSION];
+        forget = (ad->what == NGX_HTTP_IDEMPOTENCY_ADMIN_FORGET);
+
+        op = ngx_http_idempotency_sql_admin_change(shard, ngx_cycle->log,
+                                                   ad->key_hash, forget, v);
+        break;
+    }
+
     if (op == NULL) {
         return NULL;
     }
 
     op->name = ngx_http_idempotency_admin_names[ad->what];
-
-    p = op->sql.data;
-    last = p + size;
-
-    ngx_hex_dump(hex, ad->key_hash, NGX_HTTP_IDEMPOTENCY_HASH_LEN);
-
-    switch (ad->what) {
-
-    case NGX_HTTP_IDEMPOTENCY_ADMIN_SHOW:
-        p = ngx_slprintf(p, last, "SELECT %s FROM `%V` WHERE key_hash = "
-                         "X'%*s'", ngx_http_idempotency_admin_columns, table,
-                         sizeof(hex), hex);
-        break;
-
-    case NGX_HTTP_IDEMPOTENCY_ADMIN_LIST:
-
-        /*
-         * ix_state_created (mysql/schema.sql) serves it: the rows of one
-         * state in the order asked (the primary key ends every entry of
-         * a secondary index), read until the limit, without a sort
-         */
-
-        op->all_rows = 1;
-
-        /* a key given back, by a release or an operator, is expired */
-
-        p = ngx_slprintf(p, last, "SELECT %s FROM `%V` WHERE state = %ui "
-                         "AND expires_at > UTC_TIMESTAMP(3) "
-                         "AND key_hash <> %s ORDER BY created_at, key_hash "
-                         "LIMIT %ui", ngx_http_idempotency_admin_columns,
-                         table, ad->state, ngx_http_idempotency_admin_zero,
-                         ad->limit + 1);
-        break;
-
-    default: /* RELEASE, FORGET */
-
-        /*
-         * The UPDATE releases the row (sql.h) only while it is the
-         * version the operator saw, and the SELECT after it tells, when
-         * it did not, whether the row is gone or what it is now.
-         */
-
-        p = ngx_slprintf(p, last, "UPDATE `%V` SET "
-                         NGX_HTTP_IDEMPOTENCY_SQL_RELEASE " "
-                         "WHERE key_hash = X'%*s' "
-                         "AND state IN (%s) AND %s = '%V'; "
-                         "SELECT %s FROM `%V` WHERE key_hash = X'%*s'",
-                         table, sizeof(hex), hex,
-                         (ad->what == NGX_HTTP_IDEMPOTENCY_ADMIN_RELEASE)
-                         ? "0, 3" : "1, 2",
-                         NGX_HTTP_IDEMPOTENCY_ADMIN_SQL_VERSION,
-                         &ad->args[NGX_HTTP_IDEMPOTENCY_ADMIN_A_VERSION],
-                         ngx_http_idempotency_admin_columns, table,
-                         sizeof(hex), hex);
-        break;
-    }
-
-    op->sql.len = p - op->sql.data;
 
     return op;
 }
@@ -1153,7 +1068,9 @@ ngx_http_idempotency_admin_killed(ngx_http_idempotency_op_t *op)
 {
     /* no such thread: the statement ended on its own */
 
-    if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK || op->err == ER_NO_SUCH_THREAD) {
+    if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK
+        || op->cause == NGX_HTTP_IDEMPOTENCY_CAUSE_NO_THREAD)
+    {
         return;
     }
 

@@ -292,7 +292,7 @@ ngx_http_idempotency_claim_done(ngx_http_idempotency_op_t *op)
         }
 
     } else if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR
-               && op->err == 1213)
+               && op->cause == NGX_HTTP_IDEMPOTENCY_CAUSE_RACE)
     {
         if (ngx_http_idempotency_claim_lost(r, ctx) == NGX_AGAIN) {
             return;
@@ -756,7 +756,7 @@ ngx_http_idempotency_claim_failed(ngx_http_request_t *r,
         break;
 
     case NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR:
-        what = (op->err == 1146 || op->err == 1054)
+        what = (op->cause == NGX_HTTP_IDEMPOTENCY_CAUSE_NO_SCHEMA)
                ? "the table is missing or has the wrong columns "
                  "(apply mysql/schema.sql)"
                : "the statement failed";

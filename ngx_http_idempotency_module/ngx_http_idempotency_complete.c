@@ -24,9 +24,6 @@
 #include <ngx_config.h>
 #include <ngx_core.h>
 
-#include <mysqld_error.h>
-#include <errmsg.h>
-
 #include "ngx_http_idempotency_metrics.h"
 #include "ngx_http_idempotency_complete.h"
 #include "ngx_http_idempotency_owner.h"
@@ -415,7 +412,7 @@ ngx_http_idempotency_job_done(ngx_http_idempotency_op_t *op)
     }
 
     if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR
-        && (op->err == CR_SERVER_GONE_ERROR || op->err == CR_SERVER_LOST))
+        && op->cause == NGX_HTTP_IDEMPOTENCY_CAUSE_LOST)
     {
         job->lost = 1;
 
@@ -579,21 +576,8 @@ ngx_http_idempotency_job_committed(ngx_http_idempotency_job_t *job)
 static ngx_uint_t
 ngx_http_idempotency_job_repeats(ngx_http_idempotency_op_t *op)
 {
-    if (op->rc != NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR) {
-        return 0;
-    }
-
-    switch (op->err) {
-
-    case ER_NET_PACKET_TOO_LARGE:
-    case ER_WARN_ALLOWED_PACKET_OVERFLOWED:
-    case ER_DATA_TOO_LONG:
-    case CR_NET_PACKET_TOO_LARGE:
-        return 1;
-
-    default:
-        return 0;
-    }
+    return op->rc == NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR
+           && op->cause == NGX_HTTP_IDEMPOTENCY_CAUSE_TOO_LARGE;
 }
 
 

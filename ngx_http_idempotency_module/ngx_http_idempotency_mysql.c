@@ -294,6 +294,8 @@ static void ngx_http_idempotency_mysql_op_posted(ngx_event_t *ev);
 static void ngx_http_idempotency_mysql_op_down(ngx_http_idempotency_op_t *op);
 static void ngx_http_idempotency_mysql_op_error(
     ngx_http_idempotency_op_t *op, ngx_uint_t err, u_char *text, size_t len);
+static ngx_http_idempotency_cause_e ngx_http_idempotency_mysql_cause(
+    ngx_uint_t err);
 static void ngx_http_idempotency_mysql_op_drop(ngx_http_idempotency_op_t *op);
 
 
@@ -1254,6 +1256,7 @@ ngx_http_idempotency_mysql_start(ngx_http_idempotency_mysql_conn_t *conn,
     conn->running = ngx_current_msec;
 
     op->err = 0;
+    op->cause = NGX_HTTP_IDEMPOTENCY_CAUSE_NONE;
     ngx_str_null(&op->err_text);
     op->affected_rows = 0;
     op->nrows = 0;
@@ -2897,6 +2900,7 @@ ngx_http_idempotency_mysql_op_error(ngx_http_idempotency_op_t *op,
     ngx_uint_t err, u_char *text, size_t len)
 {
     op->err = err;
+    op->cause = ngx_http_idempotency_mysql_cause(err);
 
     op->err_text.data = ngx_pnalloc(op->pool, len ? len : 1);
     if (op->err_text.data == NULL) {
@@ -2906,6 +2910,39 @@ ngx_http_idempotency_mysql_op_error(ngx_http_idempotency_op_t *op,
 
     ngx_memcpy(op->err_text.data, text, len);
     op->err_text.len = len;
+}
+
+
+/* the server's code, as the outcome the lifecycle reads (mysql.h) */
+
+static ngx_http_idempotency_cause_e
+ngx_http_idempotency_mysql_cause(ngx_uint_t err)
+{
+    switch (err) {
+
+    case ER_LOCK_DEADLOCK:
+        return NGX_HTTP_IDEMPOTENCY_CAUSE_RACE;
+
+    case ER_NO_SUCH_TABLE:
+    case ER_BAD_FIELD_ERROR:
+        return NGX_HTTP_IDEMPOTENCY_CAUSE_NO_SCHEMA;
+
+    case ER_NET_PACKET_TOO_LARGE:
+    case ER_WARN_ALLOWED_PACKET_OVERFLOWED:
+    case ER_DATA_TOO_LONG:
+    case CR_NET_PACKET_TOO_LARGE:
+        return NGX_HTTP_IDEMPOTENCY_CAUSE_TOO_LARGE;
+
+    case CR_SERVER_GONE_ERROR:
+    case CR_SERVER_LOST:
+        return NGX_HTTP_IDEMPOTENCY_CAUSE_LOST;
+
+    case ER_NO_SUCH_THREAD:
+        return NGX_HTTP_IDEMPOTENCY_CAUSE_NO_THREAD;
+
+    default:
+        return NGX_HTTP_IDEMPOTENCY_CAUSE_NONE;
+    }
 }
 
 
@@ -2933,3 +2970,4 @@ ngx_http_idempotency_mysql_op_drop(ngx_http_idempotency_op_t *op)
 
     ngx_destroy_pool(op->pool);
 }
+

@@ -42,6 +42,23 @@
 #define NGX_HTTP_IDEMPOTENCY_OP_BUSY        4   /* wait queue full/expired */
 
 
+/*
+ * op->cause: what an op's failure means to the lifecycle, whatever the
+ * store; the driver sets it with op->err, so that the server's codes
+ * stay in the driver (mysql.c) and the request path reads outcomes.
+ * Whether a failed op may still have run: op_unsure() below.
+ */
+typedef enum {
+    NGX_HTTP_IDEMPOTENCY_CAUSE_NONE = 0,  /* none, or none of these */
+    NGX_HTTP_IDEMPOTENCY_CAUSE_RACE,      /* lost a race: run it again */
+    NGX_HTTP_IDEMPOTENCY_CAUSE_NO_SCHEMA, /* no table, or wrong columns */
+    NGX_HTTP_IDEMPOTENCY_CAUSE_TOO_LARGE, /* the values exceed the store's
+                                             limits: refused again */
+    NGX_HTTP_IDEMPOTENCY_CAUSE_LOST,      /* the connection went away */
+    NGX_HTTP_IDEMPOTENCY_CAUSE_NO_THREAD  /* KILL: the thread has ended */
+} ngx_http_idempotency_cause_e;
+
+
 typedef struct ngx_http_idempotency_op_s  ngx_http_idempotency_op_t;
 
 typedef void (*ngx_http_idempotency_op_handler_pt)(
@@ -102,6 +119,7 @@ struct ngx_http_idempotency_op_s {
     ngx_uint_t                            rc;
     ngx_uint_t                            err;      /* mysql_errno() */
     ngx_str_t                             err_text; /* mysql_error() */
+    ngx_http_idempotency_cause_e          cause;    /* of err */
     uint64_t                              affected_rows; /* 1st statement */
     ngx_uint_t                            nrows;    /* last result set */
     ngx_uint_t                            nfields;

@@ -6,7 +6,8 @@
 
 
 /*
- * ngx_http_idempotency_module: the statements the lifecycle sends.
+ * ngx_http_idempotency_module: every statement the module sends: the
+ * lifecycle's, the purge's and the operator API's.
  *
  * Every statement that changes a row is conditional on the owner token,
  * so running one twice (a retry after a lost connection) is harmless.
@@ -25,6 +26,8 @@
 static ngx_http_idempotency_op_t *ngx_http_idempotency_sql_text(
     ngx_http_idempotency_shard_t *shard, ngx_log_t *log, const char *name,
     ngx_uint_t kind);
+static ngx_http_idempotency_op_t *ngx_http_idempotency_admin_text(
+    ngx_http_idempotency_shard_t *shard, ngx_log_t *log, size_t extra);
 static u_char *ngx_http_idempotency_owned(u_char *p, u_char *key_hash,
     u_char *owner);
 static u_char *ngx_http_idempotency_hex(u_char *p, u_char *src, size_t len);
@@ -743,6 +746,147 @@ ngx_http_idempotency_sql_purge(ngx_http_idempotency_shard_t *shard,
                   - op->sql.data;
 
     return op;
+}
+
+
+/*
+ * The operator API's statements (admin.c), sent as text.  The row as an
+ * operator sees it, times as ISO 8601 (UTC, the database's own), and its
+ * version: every change of a row (a renewal, a completion, a takeover, a
+ * new claim) changes its state, epoch, owner or lease.
+ */
+
+#define NGX_HTTP_IDEMPOTENCY_SQL_VERSION                                     \
+    "CONCAT(state, '-', epoch, '-', HEX(owner), '-', "                       \
+    "DATE_FORMAT(lease_until, '%Y%m%d%H%i%s%f'))"
+
+#define NGX_HTTP_IDEMPOTENCY_SQL_TIME(column)                                \
+    "LEFT(DATE_FORMAT(" column ", '%Y-%m-%dT%H:%i:%s.%f'), 23)"
+
+/* the columns of sql.h's ADMIN_F_* */
+static const char  ngx_http_idempotency_admin_columns[] =
+    "LOWER(HEX(key_hash)), state, epoch, "
+    NGX_HTTP_IDEMPOTENCY_SQL_TIME("created_at") ", "
+    NGX_HTTP_IDEMPOTENCY_SQL_TIME("lease_until") ", "
+    NGX_HTTP_IDEMPOTENCY_SQL_TIME("expires_at") ", "
+    "status, IFNULL(OCTET_LENGTH(response), 0), "
+    "state = 0 AND lease_until > UTC_TIMESTAMP(3), "
+    "expires_at <= UTC_TIMESTAMP(3), "
+    NGX_HTTP_IDEMPOTENCY_SQL_VERSION;
+
+/* the purge lease's row is no key: never listed */
+static const char  ngx_http_idempotency_admin_zero[] =
+    "X'0000000000000000000000000000000000000000000000000000000000000000'";
+
+
+ngx_http_idempotency_op_t *
+ngx_http_idempotency_sql_admin_show(ngx_http_idempotency_shard_t *shard,
+    ngx_log_t *log, u_char *key_hash)
+{
+    u_char                     *p;
+    ngx_http_idempotency_op_t  *op;
+
+    op = ngx_http_idempotency_admin_text(shard, log, 0);
+    if (op == NULL) {
+        return NULL;
+    }
+
+    p = ngx_sprintf(op->sql.data, "SELECT %s FROM `%V` WHERE key_hash = ",
+                    ngx_http_idempotency_admin_columns, &shard->store->table);
+    p = ngx_http_idempotency_hex(p, key_hash, NGX_HTTP_IDEMPOTENCY_HASH_LEN);
+
+    op->sql.len = p - op->sql.data;
+
+    return op;
+}
+
+
+ngx_http_idempotency_op_t *
+ngx_http_idempotency_sql_admin_list(ngx_http_idempotency_shard_t *shard,
+    ngx_log_t *log, ngx_uint_t state, ngx_uint_t rows)
+{
+    ngx_http_idempotency_op_t  *op;
+
+    op = ngx_http_idempotency_admin_text(shard, log, 0);
+    if (op == NULL) {
+        return NULL;
+    }
+
+    /*
+     * ix_state_created (mysql/schema.sql) serves it: the rows of one
+     * state in the order asked (the primary key ends every entry of a
+     * secondary index), read until the limit, without a sort
+     */
+
+    op->all_rows = 1;
+
+    /* a key given back, by a release or an operator, is expired */
+
+    op->sql.len = ngx_sprintf(op->sql.data, "SELECT %s FROM `%V` "
+                              "WHERE state = %ui "
+                              "AND expires_at > UTC_TIMESTAMP(3) "
+                              "AND key_hash <> %s "
+                              "ORDER BY created_at, key_hash LIMIT %ui",
+                              ngx_http_idempotency_admin_columns,
+                              &shard->store->table, state,
+                              ngx_http_idempotency_admin_zero, rows)
+                  - op->sql.data;
+
+    return op;
+}
+
+
+ngx_http_idempotency_op_t *
+ngx_http_idempotency_sql_admin_change(ngx_http_idempotency_shard_t *shard,
+    ngx_log_t *log, u_char *key_hash, ngx_uint_t completed,
+    ngx_str_t *version)
+{
+    u_char                     *p;
+    ngx_str_t                  *table;
+    ngx_http_idempotency_op_t  *op;
+
+    table = &shard->store->table;
+
+    op = ngx_http_idempotency_admin_text(shard, log, version->len);
+    if (op == NULL) {
+        return NULL;
+    }
+
+    /*
+     * The UPDATE releases the row (sql.h) only while it is the version
+     * the operator saw, and the SELECT after it tells, when it did not,
+     * whether the row is gone or what it is now.
+     */
+
+    p = ngx_sprintf(op->sql.data, "UPDATE `%V` SET "
+                    NGX_HTTP_IDEMPOTENCY_SQL_RELEASE " WHERE key_hash = ",
+                    table);
+    p = ngx_http_idempotency_hex(p, key_hash, NGX_HTTP_IDEMPOTENCY_HASH_LEN);
+    p = ngx_sprintf(p, " AND state IN (%s) AND %s = '%V'; "
+                    "SELECT %s FROM `%V` WHERE key_hash = ",
+                    completed ? "1, 2" : "0, 3",
+                    NGX_HTTP_IDEMPOTENCY_SQL_VERSION, version,
+                    ngx_http_idempotency_admin_columns, table);
+    p = ngx_http_idempotency_hex(p, key_hash, NGX_HTTP_IDEMPOTENCY_HASH_LEN);
+
+    op->sql.len = p - op->sql.data;
+
+    return op;
+}
+
+
+/* an op for an operator's statement, with room for it and extra bytes */
+
+static ngx_http_idempotency_op_t *
+ngx_http_idempotency_admin_text(ngx_http_idempotency_shard_t *shard,
+    ngx_log_t *log, size_t extra)
+{
+    return ngx_http_idempotency_op_create(shard, log,
+                                     sizeof(ngx_http_idempotency_admin_columns)
+                                     + sizeof(NGX_HTTP_IDEMPOTENCY_SQL_VERSION)
+                                     + sizeof(NGX_HTTP_IDEMPOTENCY_SQL_RELEASE)
+                                     + 2 * shard->store->table.len + 512
+                                     + extra);
 }
 
 

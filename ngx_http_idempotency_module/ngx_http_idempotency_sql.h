@@ -6,7 +6,12 @@
 
 
 /*
- * ngx_http_idempotency_module: the statements the lifecycle sends.
+ * ngx_http_idempotency_module: every statement the module sends.
+ *
+ * With the op API (mysql.h) this is the store's one door: the other files
+ * ask for an op by what it does, run it, and read its rows and its
+ * outcome (op->rc, op->cause), never a statement's text or a server's
+ * code; a second store would plug in here.
  */
 
 
@@ -115,6 +120,30 @@ ngx_http_idempotency_op_t *ngx_http_idempotency_sql_running(
 ngx_http_idempotency_op_t *ngx_http_idempotency_sql_owner(
     ngx_http_idempotency_shard_t *shard, ngx_log_t *log, u_char *key_hash,
     u_char *owner);
+
+/* the columns of an operator's row (admin.c), and their count */
+#define NGX_HTTP_IDEMPOTENCY_ADMIN_F_HASH     0
+#define NGX_HTTP_IDEMPOTENCY_ADMIN_F_STATE    1
+#define NGX_HTTP_IDEMPOTENCY_ADMIN_F_CREATED  3
+#define NGX_HTTP_IDEMPOTENCY_ADMIN_F_VERSION  10
+#define NGX_HTTP_IDEMPOTENCY_ADMIN_F_COUNT    11
+
+/* an operator's read: the key's row, or up to rows keys of a state */
+ngx_http_idempotency_op_t *ngx_http_idempotency_sql_admin_show(
+    ngx_http_idempotency_shard_t *shard, ngx_log_t *log, u_char *key_hash);
+ngx_http_idempotency_op_t *ngx_http_idempotency_sql_admin_list(
+    ngx_http_idempotency_shard_t *shard, ngx_log_t *log, ngx_uint_t state,
+    ngx_uint_t rows);
+
+/*
+ * An operator's change: the UPDATE that releases a key in progress or of
+ * unknown outcome (completed: a completed key) while its row is still at
+ * version, then the row.  A version is sent as it is, so the caller lets
+ * through only one as GET shows it: digits, A-F and "-".
+ */
+ngx_http_idempotency_op_t *ngx_http_idempotency_sql_admin_change(
+    ngx_http_idempotency_shard_t *shard, ngx_log_t *log, u_char *key_hash,
+    ngx_uint_t completed, ngx_str_t *version);
 
 /* a result field is these bytes; its number (-1: NULL or empty) */
 ngx_uint_t ngx_http_idempotency_field_is(ngx_str_t *f, u_char *data,
