@@ -389,7 +389,8 @@ ngx_http_idempotency_claim_next(ngx_http_request_t *r,
         takeover = (ctx->claim.take == NGX_HTTP_IDEMPOTENCY_TAKE_LEASE);
 
         ngx_http_idempotency_won(r, ctx,
-                                 takeover ? ctx->claim.take_ttl : ctx->conf->ttl,
+                                 takeover ? ctx->claim.take_ttl
+                                          : ctx->conf->ttl,
                                  takeover ? NGX_HTTP_IDEMPOTENCY_TAKEOVER
                                           : NGX_HTTP_IDEMPOTENCY_NEW);
         return 0;
