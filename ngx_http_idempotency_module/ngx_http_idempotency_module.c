@@ -296,19 +296,22 @@ ngx_module_t  ngx_http_idempotency_module = {
 
 
 ngx_str_t  ngx_http_idempotency_status_names[] = {
-    ngx_string("bypass"),
-    ngx_string("new"),
-    ngx_string("replay"),
-    ngx_string("conflict"),
-    ngx_string("mismatch"),
-    ngx_string("invalid"),
-    ngx_string("missing"),
-    ngx_string("takeover"),
-    ngx_string("error"),
-    ngx_string("unstored"),
-    ngx_string("noscope"),
-    ngx_string("unknown")
+    [NGX_HTTP_IDEMPOTENCY_BYPASS] = ngx_string("bypass"),
+    [NGX_HTTP_IDEMPOTENCY_NEW] = ngx_string("new"),
+    [NGX_HTTP_IDEMPOTENCY_REPLAY] = ngx_string("replay"),
+    [NGX_HTTP_IDEMPOTENCY_CONFLICT] = ngx_string("conflict"),
+    [NGX_HTTP_IDEMPOTENCY_MISMATCH] = ngx_string("mismatch"),
+    [NGX_HTTP_IDEMPOTENCY_INVALID] = ngx_string("invalid"),
+    [NGX_HTTP_IDEMPOTENCY_MISSING] = ngx_string("missing"),
+    [NGX_HTTP_IDEMPOTENCY_TAKEOVER] = ngx_string("takeover"),
+    [NGX_HTTP_IDEMPOTENCY_ERROR] = ngx_string("error"),
+    [NGX_HTTP_IDEMPOTENCY_UNSTORED] = ngx_string("unstored"),
+    [NGX_HTTP_IDEMPOTENCY_NOSCOPE] = ngx_string("noscope"),
+    [NGX_HTTP_IDEMPOTENCY_UNKNOWN] = ngx_string("unknown")
 };
+
+NGX_HTTP_IDEMPOTENCY_TABLE_CHECK(ngx_http_idempotency_status_names,
+                                 NGX_HTTP_IDEMPOTENCY_NSTATUSES);
 
 
 static ngx_http_variable_t  ngx_http_idempotency_vars[] = {
