@@ -30,10 +30,10 @@ typedef struct {
     ngx_chain_t                       *tail;
     size_t                             body_len;
     off_t                              expect_len;
-    ngx_uint_t                         status;
+    ngx_uint_t                         status;     /* the response's */
 
-    unsigned                           active:1;
-    unsigned                           seen:1;
+    unsigned                           active:1;   /* the body is copied */
+    unsigned                           seen:1;     /* its header, once */
     unsigned                           too_large:1;
 } ngx_http_idempotency_capture_ctx_t;
 
@@ -51,7 +51,7 @@ typedef struct {
     ngx_uint_t                         guards;     /* guard's looks */
 
     unsigned                           deferring:1; /* until committed */
-    unsigned                           header_deferred:1;
+    unsigned                           header_deferred:1; /* the header too */
     unsigned                           gone:1;     /* client unwritable */
 } ngx_http_idempotency_filter_ctx_t;
 
