@@ -194,7 +194,9 @@ ngx_http_idempotency_metrics_request(ngx_http_idempotency_store_t *store,
 
     (void) ngx_atomic_fetch_add(&m->requests[status], 1);
 
-    if (status == NGX_HTTP_IDEMPOTENCY_REPLAY && tier < 4) {
+    if (status == NGX_HTTP_IDEMPOTENCY_REPLAY
+        && tier < NGX_HTTP_IDEMPOTENCY_NTIERS)
+    {
         (void) ngx_atomic_fetch_add(&m->replays[tier], 1);
     }
 }

@@ -72,7 +72,7 @@ struct ngx_http_idempotency_metrics_s {
     ngx_uint_t                      nservers;
 
     ngx_atomic_t          requests[NGX_HTTP_IDEMPOTENCY_NSTATUSES];
-    ngx_atomic_t          replays[4];         /* by $idempotency_tier */
+    ngx_atomic_t          replays[NGX_HTTP_IDEMPOTENCY_NTIERS];
     ngx_atomic_t          ops[NGX_HTTP_IDEMPOTENCY_NOPS][2];  /* ok, error */
     ngx_atomic_t          op_buckets[NGX_HTTP_IDEMPOTENCY_NOPS]
                                     [NGX_HTTP_IDEMPOTENCY_NBUCKETS];

@@ -314,6 +314,17 @@ NGX_HTTP_IDEMPOTENCY_TABLE_CHECK(ngx_http_idempotency_status_names,
                                  NGX_HTTP_IDEMPOTENCY_NSTATUSES);
 
 
+ngx_str_t  ngx_http_idempotency_tier_names[] = {
+    [NGX_HTTP_IDEMPOTENCY_TIER_NONE] = ngx_null_string,
+    [NGX_HTTP_IDEMPOTENCY_TIER_SHM] = ngx_string("shm"),
+    [NGX_HTTP_IDEMPOTENCY_TIER_REDIS] = ngx_string("redis"),
+    [NGX_HTTP_IDEMPOTENCY_TIER_MYSQL] = ngx_string("mysql")
+};
+
+NGX_HTTP_IDEMPOTENCY_TABLE_CHECK(ngx_http_idempotency_tier_names,
+                                 NGX_HTTP_IDEMPOTENCY_NTIERS);
+
+
 static ngx_http_variable_t  ngx_http_idempotency_vars[] = {
 
     { ngx_string("idempotency_status"), NULL,
@@ -709,13 +720,6 @@ ngx_http_idempotency_tier_variable(ngx_http_request_t *r,
 {
     ngx_http_idempotency_ctx_t  *ctx;
 
-    static ngx_str_t  tiers[] = {
-        ngx_null_string,
-        ngx_string("shm"),
-        ngx_string("redis"),
-        ngx_string("mysql")
-    };
-
     ctx = ngx_http_idempotency_get_ctx(r->main);
 
     if (ctx == NULL || ctx->tier == NGX_HTTP_IDEMPOTENCY_TIER_NONE) {
@@ -723,8 +727,8 @@ ngx_http_idempotency_tier_variable(ngx_http_request_t *r,
         return NGX_OK;
     }
 
-    v->len = tiers[ctx->tier].len;
-    v->data = tiers[ctx->tier].data;
+    v->len = ngx_http_idempotency_tier_names[ctx->tier].len;
+    v->data = ngx_http_idempotency_tier_names[ctx->tier].data;
     v->valid = 1;
     v->no_cacheable = 1;
     v->not_found = 0;

@@ -50,6 +50,16 @@ typedef enum {
     NGX_HTTP_IDEMPOTENCY_NSTATUSES      /* how many: no status */
 } ngx_http_idempotency_status_e;
 
+/* ctx->tier: where the verdict came from; $idempotency_tier */
+typedef enum {
+    NGX_HTTP_IDEMPOTENCY_TIER_NONE = 0,
+    NGX_HTTP_IDEMPOTENCY_TIER_SHM,
+    NGX_HTTP_IDEMPOTENCY_TIER_REDIS,
+    NGX_HTTP_IDEMPOTENCY_TIER_MYSQL,
+
+    NGX_HTTP_IDEMPOTENCY_NTIERS         /* how many: no tier */
+} ngx_http_idempotency_tier_e;
+
 /* row states in the store */
 #define NGX_HTTP_IDEMPOTENCY_ROW_PROGRESS   0
 #define NGX_HTTP_IDEMPOTENCY_ROW_DONE       1
@@ -169,6 +179,9 @@ extern ngx_module_t  ngx_http_idempotency_module;
 
 /* the values of $idempotency_status, by NGX_HTTP_IDEMPOTENCY_BYPASS ... */
 extern ngx_str_t     ngx_http_idempotency_status_names[];
+
+/* the values of $idempotency_tier, by NGX_HTTP_IDEMPOTENCY_TIER_SHM ... */
+extern ngx_str_t     ngx_http_idempotency_tier_names[];
 
 
 #endif /* _NGX_HTTP_IDEMPOTENCY_MODULE_H_INCLUDED_ */

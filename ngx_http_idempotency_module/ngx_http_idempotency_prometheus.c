@@ -100,10 +100,6 @@ static const char  *ngx_http_idempotency_metrics_ops_names[] = {
 NGX_HTTP_IDEMPOTENCY_TABLE_CHECK(ngx_http_idempotency_metrics_ops_names,
                                  NGX_HTTP_IDEMPOTENCY_NOPS);
 
-static const char  *ngx_http_idempotency_metrics_tier_names[] = {
-    NULL, "shm", "redis", "mysql"
-};
-
 #define ngx_http_idempotency_tier_counter(field)                              \
     offsetof(ngx_http_idempotency_metrics_t, tiers)                           \
     + offsetof(ngx_http_idempotency_counters_t, field)
@@ -423,11 +419,11 @@ ngx_http_idempotency_metrics_write(ngx_http_idempotency_mout_t *mo)
     for (i = 0; i < mo->nstores; i++) {
         m = mo->stores[i]->metrics;
 
-        for (j = 1; m && j < 4; j++) {
+        for (j = 1; m && j < NGX_HTTP_IDEMPOTENCY_NTIERS; j++) {
             ngx_http_idempotency_metrics_printf(mo,
                 "nginx_idempotency_replays_total{store=\"%V\","
-                "tier=\"%s\"} %uA\n", &mo->labels[i],
-                ngx_http_idempotency_metrics_tier_names[j], m->replays[j]);
+                "tier=\"%V\"} %uA\n", &mo->labels[i],
+                &ngx_http_idempotency_tier_names[j], m->replays[j]);
         }
     }
 
