@@ -147,11 +147,11 @@ ngx_http_idempotency_claim(ngx_http_request_t *r,
 
     /* an expired issued key may only be looked up: it must have a row */
 
-    stmt = (ctx->in_progress || ctx->expired_key
+    stmt = (ctx->claim.in_progress || ctx->expired_key
             || ctx->shard->existing > NGX_HTTP_IDEMPOTENCY_EXISTING_ONE / 2)
            ? NGX_HTTP_IDEMPOTENCY_STMT_READ : NGX_HTTP_IDEMPOTENCY_STMT_CLAIM;
 
-    ctx->take = 0;
+    ctx->claim.take = 0;
 
     ngx_http_idempotency_claim_step(r, ctx, stmt, 0);
 }
@@ -201,10 +201,10 @@ ngx_http_idempotency_claim_step(ngx_http_request_t *r,
     /* a claim under way goes ahead of the claims that start */
     op->urgent = urgent;
 
-    ctx->op = op;
+    ctx->claim.op = op;
     ctx->state = NGX_HTTP_IDEMPOTENCY_S_STORE;
-    ctx->tries++;
-    ctx->claimed = ngx_current_msec;
+    ctx->claim.tries++;
+    ctx->claim.sent = ngx_current_msec;
 
     /* notice a client that goes away while the store works */
     r->read_event_handler = ngx_http_test_reading;
@@ -271,7 +271,7 @@ ngx_http_idempotency_claim_done(ngx_http_idempotency_op_t *op)
     ctx = op->data;
     r = ctx->request;
 
-    ctx->op = NULL;
+    ctx->claim.op = NULL;
 
     if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK) {
 
@@ -283,7 +283,9 @@ ngx_http_idempotency_claim_done(ngx_http_idempotency_op_t *op)
         }
 
         if (next > 0) {
-            if (ctx->tries - ctx->lost < NGX_HTTP_IDEMPOTENCY_STEP_TRIES) {
+            if (ctx->claim.tries - ctx->claim.lost
+                < NGX_HTTP_IDEMPOTENCY_STEP_TRIES)
+            {
                 ngx_http_idempotency_claim_step(r, ctx, next, 1);
                 return;
             }
@@ -316,9 +318,10 @@ static ngx_int_t
 ngx_http_idempotency_claim_next(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op)
 {
-    ngx_uint_t  first;
+    ngx_uint_t  first, takeover;
 
-    first = (ctx->tries - ctx->lost == 1 && !ctx->in_progress);
+    first = (ctx->claim.tries - ctx->claim.lost == 1
+             && !ctx->claim.in_progress);
 
     ctx->tier = NGX_HTTP_IDEMPOTENCY_TIER_MYSQL;
 
@@ -338,7 +341,7 @@ ngx_http_idempotency_claim_next(ngx_http_request_t *r,
             return 0;
         }
 
-        ctx->exists = 1;
+        ctx->claim.exists = 1;
 
         return NGX_HTTP_IDEMPOTENCY_STMT_READ;
 
@@ -359,7 +362,7 @@ ngx_http_idempotency_claim_next(ngx_http_request_t *r,
             return NGX_HTTP_IDEMPOTENCY_STMT_CLAIM;
         }
 
-        ctx->exists = 1;
+        ctx->claim.exists = 1;
 
         if (op->nfields < NGX_HTTP_IDEMPOTENCY_F_COUNT) {
             ngx_http_idempotency_claim_failed(r, ctx, op);
@@ -370,25 +373,26 @@ ngx_http_idempotency_claim_next(ngx_http_request_t *r,
             return NGX_AGAIN;
         }
 
-        return ctx->take ? NGX_HTTP_IDEMPOTENCY_STMT_TAKE : 0;
+        return ctx->claim.take ? NGX_HTTP_IDEMPOTENCY_STMT_TAKE : 0;
 
     default: /* NGX_HTTP_IDEMPOTENCY_STMT_TAKE */
 
         if (op->affected_rows == 0) {
             /* the row changed since it was read: read it again */
-            ctx->take = 0;
+            ctx->claim.take = 0;
             return NGX_HTTP_IDEMPOTENCY_STMT_READ;
         }
 
         /* the TAKE was conditional on the epoch read: it is one more */
         ctx->epoch++;
 
+        takeover = (ctx->claim.take == NGX_HTTP_IDEMPOTENCY_TAKE_LEASE);
+
         ngx_http_idempotency_won(r, ctx,
-                                 (ctx->take == NGX_HTTP_IDEMPOTENCY_TAKE_LEASE)
-                                 ? ctx->take_ttl : ctx->conf->ttl,
-                                 (ctx->take == NGX_HTTP_IDEMPOTENCY_TAKE_LEASE)
-                                 ? NGX_HTTP_IDEMPOTENCY_TAKEOVER
-                                 : NGX_HTTP_IDEMPOTENCY_NEW);
+                                 takeover ? ctx->claim.take_ttl
+                                          : ctx->conf->ttl,
+                                 takeover ? NGX_HTTP_IDEMPOTENCY_TAKEOVER
+                                          : NGX_HTTP_IDEMPOTENCY_NEW);
         return 0;
     }
 }
@@ -426,18 +430,18 @@ ngx_http_idempotency_claim_lost(ngx_http_request_t *r,
 {
     ngx_msec_t  delay;
 
-    ctx->lost++;
+    ctx->claim.lost++;
 
-    if (ctx->lost < NGX_HTTP_IDEMPOTENCY_LOST_TRIES) {
+    if (ctx->claim.lost < NGX_HTTP_IDEMPOTENCY_LOST_TRIES) {
 
         /* 10 ms, doubling up to 320 ms: about 1 s for all the tries */
 
-        delay = (ngx_msec_t) 10 << ngx_min(ctx->lost - 1, 5);
+        delay = (ngx_msec_t) 10 << ngx_min(ctx->claim.lost - 1, 5);
 
         ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                        "idempotency: claim lost a race at commit (1213), "
                        "claiming again in %M ms (lost %ui)", delay,
-                       ctx->lost);
+                       ctx->claim.lost);
 
         ctx->state = NGX_HTTP_IDEMPOTENCY_S_STORE;
         ctx->wait_ev.handler = ngx_http_idempotency_reclaim_handler;
@@ -452,9 +456,9 @@ ngx_http_idempotency_claim_lost(ngx_http_request_t *r,
                   "idempotency store \"%V\" mysql=%V: claim of key %V "
                   "lost %ui races at commit (1213): the key is in progress "
                   "elsewhere", &ctx->conf->store->name, &ctx->shard->name,
-                  &ctx->key_id, ctx->lost);
+                  &ctx->key_id, ctx->claim.lost);
 
-    ctx->in_progress = 1;
+    ctx->claim.in_progress = 1;
 
     return ngx_http_idempotency_hold_or_conflict(r, ctx);
 }
@@ -500,7 +504,7 @@ ngx_http_idempotency_won(ngx_http_request_t *r,
     ctx->lease.key_hash = ctx->key_hash;
     ctx->lease.token = ctx->token;
     ctx->lease.lease = ctx->conf->lease;
-    ctx->lease.renewed = ctx->claimed;
+    ctx->lease.renewed = ctx->claim.sent;
     ctx->lease.log = r->connection->log;
 
     ngx_http_idempotency_lease_start(&ctx->lease);
@@ -557,14 +561,14 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
             return NGX_OK;
         }
 
-        ctx->take = NGX_HTTP_IDEMPOTENCY_TAKE_EXPIRED;
+        ctx->claim.take = NGX_HTTP_IDEMPOTENCY_TAKE_EXPIRED;
 
     } else if (same && dead == 1) {
-        ctx->take = NGX_HTTP_IDEMPOTENCY_TAKE_LEASE;
+        ctx->claim.take = NGX_HTTP_IDEMPOTENCY_TAKE_LEASE;
     }
 
-    if (ctx->take) {
-        ctx->take_ttl = ttl_s;
+    if (ctx->claim.take) {
+        ctx->claim.take_ttl = ttl_s;
         return NGX_OK;
     }
 
@@ -594,7 +598,7 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
 
     /* in progress elsewhere: hold the duplicate, or answer 409 */
 
-    ctx->in_progress = 1;
+    ctx->claim.in_progress = 1;
 
     return ngx_http_idempotency_hold_or_conflict(r, ctx);
 }
@@ -775,7 +779,7 @@ ngx_http_idempotency_claim_failed(ngx_http_request_t *r,
         break;
     }
 
-    if (ctx->in_progress) {
+    if (ctx->claim.in_progress) {
         ngx_http_idempotency_poll_failed(r, ctx, what);
         return;
     }
@@ -788,7 +792,7 @@ ngx_http_idempotency_claim_failed(ngx_http_request_t *r,
     /* an expired issued key may not run without the row it needs */
 
     pass = (ilcf->on_store_error == NGX_HTTP_IDEMPOTENCY_STORE_PASS
-            && !ctx->exists && !ctx->expired_key);
+            && !ctx->claim.exists && !ctx->expired_key);
 
     level = pass ? NGX_LOG_WARN : NGX_LOG_ERR;
 
@@ -799,7 +803,7 @@ ngx_http_idempotency_claim_failed(ngx_http_request_t *r,
                   op->err_text.len ? " (" : "", op->err_text.len,
                   op->err_text.data, op->err_text.len ? ")" : "",
                   pass ? "passing the request unprotected"
-                       : ctx->exists ? "rejecting the request (the key "
+                       : ctx->claim.exists ? "rejecting the request (the key "
                                        "exists: never passed)"
                                      : "rejecting the request");
 
@@ -838,11 +842,11 @@ ngx_http_idempotency_poll_failed(ngx_http_request_t *r,
 void
 ngx_http_idempotency_claim_cleanup(ngx_http_idempotency_ctx_t *ctx)
 {
-    if (ctx->op) {
+    if (ctx->claim.op) {
         /* the client left while its claim was in flight: the claim may
          * still win, and then the key must be given back */
 
-        ngx_http_idempotency_orphan(ctx, ctx->op);
-        ctx->op = NULL;
+        ngx_http_idempotency_orphan(ctx, ctx->claim.op);
+        ctx->claim.op = NULL;
     }
 }

@@ -15,6 +15,27 @@
 #define _NGX_HTTP_IDEMPOTENCY_CLAIM_H_INCLUDED_
 
 
+#include "ngx_http_idempotency_module.h"
+#include "ngx_http_idempotency_mysql.h"
+
+
+/*
+ * The claim's part of the request context (ctx->claim).  Declared before
+ * the context's header, which embeds it.
+ */
+typedef struct {
+    ngx_http_idempotency_op_t         *op;         /* claim in flight */
+    ngx_msec_t                         sent;       /* claim sent at */
+    ngx_uint_t                         tries;      /* claim steps */
+    ngx_uint_t                         lost;       /* of them: 1213 */
+    ngx_uint_t                         take;       /* READ said: TAKE_* */
+    time_t                             take_ttl;   /* retention it said */
+
+    unsigned                           in_progress:1; /* seen so */
+    unsigned                           exists:1;   /* its row seen */
+} ngx_http_idempotency_claim_ctx_t;
+
+
 #include "ngx_http_idempotency_ctx.h"
 
 

@@ -105,14 +105,14 @@ ngx_http_idempotency_complete_reserve(ngx_http_idempotency_ctx_t *ctx)
         return NGX_OK;
     }
 
-    if (ctx->capture == NULL) {
-        ctx->capture = ngx_create_pool(4096, ngx_cycle->log);
-        if (ctx->capture == NULL) {
+    if (ctx->capture.pool == NULL) {
+        ctx->capture.pool = ngx_create_pool(4096, ngx_cycle->log);
+        if (ctx->capture.pool == NULL) {
             return NGX_ERROR;
         }
     }
 
-    ctx->reserve = ngx_pcalloc(ctx->capture,
+    ctx->reserve = ngx_pcalloc(ctx->capture.pool,
                                sizeof(ngx_http_idempotency_job_t));
 
     return ctx->reserve ? NGX_OK : NGX_ERROR;
@@ -139,7 +139,7 @@ ngx_http_idempotency_complete(ngx_http_idempotency_ctx_t *ctx,
         return NGX_ERROR;
     }
 
-    pool = ctx->capture;
+    pool = ctx->capture.pool;
     job = ctx->reserve;
     ctx->reserve = NULL;
 
@@ -147,7 +147,7 @@ ngx_http_idempotency_complete(ngx_http_idempotency_ctx_t *ctx,
     job->state = state;
     job->store = ctx->conf->store;
     job->shard = ctx->shard;
-    job->status = ctx->resp_status;
+    job->status = ctx->capture.status;
     job->expires = ctx->expires;
     job->epoch = ctx->epoch;
     job->deadline = ngx_current_msec
@@ -165,13 +165,13 @@ ngx_http_idempotency_complete(ngx_http_idempotency_ctx_t *ctx,
     }
 
     if (state == NGX_HTTP_IDEMPOTENCY_ROW_DONE) {
-        if (ctx->too_large) {
+        if (ctx->capture.too_large) {
             job->state = NGX_HTTP_IDEMPOTENCY_ROW_UNSTORED;
 
         } else {
-            job->head = ctx->head;
-            job->body = ctx->body;
-            job->body_len = ctx->body_len;
+            job->head = ctx->capture.head;
+            job->body = ctx->capture.body;
+            job->body_len = ctx->capture.body_len;
         }
     }
 
@@ -186,7 +186,7 @@ ngx_http_idempotency_complete(ngx_http_idempotency_ctx_t *ctx,
 
     /* the job owns the capture and the claim now */
 
-    ctx->capture = NULL;
+    ctx->capture.pool = NULL;
 
     job->lease = ctx->lease;
     job->lease.op = NULL;

@@ -109,48 +109,10 @@ void
 ngx_http_idempotency_refuse(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_uint_t problem)
 {
-    ngx_uint_t  status;
-
-    switch (problem) {
-
-    case NGX_HTTP_IDEMPOTENCY_P_MISSING:
-        status = NGX_HTTP_IDEMPOTENCY_MISSING;
-        break;
-
-    case NGX_HTTP_IDEMPOTENCY_P_INVALID:
-    case NGX_HTTP_IDEMPOTENCY_P_NOT_ISSUED:
-        status = NGX_HTTP_IDEMPOTENCY_INVALID;
-        break;
-
-    case NGX_HTTP_IDEMPOTENCY_P_MISMATCH:
-        status = NGX_HTTP_IDEMPOTENCY_MISMATCH;
-        break;
-
-    case NGX_HTTP_IDEMPOTENCY_P_CONFLICT:
-        status = NGX_HTTP_IDEMPOTENCY_CONFLICT;
-        break;
-
-    case NGX_HTTP_IDEMPOTENCY_P_UNSTORED:
-        status = NGX_HTTP_IDEMPOTENCY_UNSTORED;
-        break;
-
-    case NGX_HTTP_IDEMPOTENCY_P_SCOPE:
-        status = NGX_HTTP_IDEMPOTENCY_NOSCOPE;
-        break;
-
-    case NGX_HTTP_IDEMPOTENCY_P_UNKNOWN:
-        status = NGX_HTTP_IDEMPOTENCY_UNKNOWN;
-        break;
-
-    default: /* NGX_HTTP_IDEMPOTENCY_P_STORE */
-        status = NGX_HTTP_IDEMPOTENCY_ERROR;
-        break;
-    }
-
     ctx->problem = problem;
 
     ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM,
-                                 status);
+                                 ngx_http_idempotency_problem_status(problem));
 }
 
 

@@ -29,6 +29,19 @@
 #include "ngx_http_idempotency_key.h"
 
 
+typedef struct ngx_http_idempotency_ctx_s  ngx_http_idempotency_ctx_t;
+
+/*
+ * Where a tier lookup or a hold goes on when it ends: rc NGX_OK, a tier
+ * has the response (ctx->entry); NGX_DECLINED, MySQL is to be asked.
+ */
+typedef void (*ngx_http_idempotency_next_pt)(ngx_http_idempotency_ctx_t *ctx,
+    ngx_int_t rc);
+
+/* a report to the request: the request ends (teardown), a write ended */
+typedef void (*ngx_http_idempotency_ctx_pt)(ngx_http_idempotency_ctx_t *ctx);
+
+
 /* ctx->state: where the request is on its way to a decision */
 #define NGX_HTTP_IDEMPOTENCY_S_BODY     1   /* reading the request body */
 #define NGX_HTTP_IDEMPOTENCY_S_STORE    2   /* a tier or MySQL is asked */
@@ -46,93 +59,59 @@
 #define NGX_HTTP_IDEMPOTENCY_OUT_ERROR    3   /* 500 */
 
 
-typedef struct ngx_http_idempotency_ctx_s  ngx_http_idempotency_ctx_t;
-
 /*
- * Where a tier lookup or a hold goes on when it ends: rc NGX_OK, a tier
- * has the response (ctx->entry); NGX_DECLINED, MySQL is to be asked.
+ * The parts of the context that one step owns, each declared in the
+ * header of its file before that header includes this one.
  */
-typedef void (*ngx_http_idempotency_next_pt)(ngx_http_idempotency_ctx_t *ctx,
-    ngx_int_t rc);
-
-/* a report to the request: the request ends (teardown), a write ended */
-typedef void (*ngx_http_idempotency_ctx_pt)(ngx_http_idempotency_ctx_t *ctx);
+#include "ngx_http_idempotency_handler.h"
+#include "ngx_http_idempotency_claim.h"
+#include "ngx_http_idempotency_hold.h"
+#include "ngx_http_idempotency_filter.h"
 
 
 struct ngx_http_idempotency_ctx_s {
-    ngx_http_request_t                *request;
-    ngx_http_idempotency_ctx_pt        teardown;   /* the request ends */
-    ngx_http_idempotency_loc_conf_t   *conf;
-    ngx_http_idempotency_shard_t      *shard;
+    ngx_http_request_t                 *request;
+    ngx_http_idempotency_ctx_pt         teardown;   /* the request ends */
+    ngx_http_idempotency_loc_conf_t    *conf;
+    ngx_http_idempotency_shard_t       *shard;
 
-    ngx_str_t                          key;
-    ngx_str_t                          key_id;     /* for the error log */
-    ngx_uint_t                         status;     /* $idempotency_status */
-    ngx_uint_t                         state;
-    ngx_uint_t                         outcome;
-    ngx_uint_t                         problem;
+    ngx_str_t                           key;
+    ngx_str_t                           key_id;     /* for the error log */
+    ngx_uint_t                          status;     /* $idempotency_status */
+    ngx_uint_t                          state;
+    ngx_uint_t                          outcome;
+    ngx_uint_t                          problem;
 
-    ngx_http_idempotency_op_t         *op;         /* claim in flight */
-    ngx_msec_t                         claimed;    /* claim sent at */
-    ngx_http_idempotency_lease_t       lease;
-    ngx_uint_t                         tries;      /* claim steps */
-    ngx_uint_t                         lost;       /* of them: 1213 */
-    ngx_uint_t                         take;       /* READ said: TAKE_* */
-    ngx_uint_t                         epoch;      /* of the claim */
-    time_t                             take_ttl;   /* retention it said */
-    ngx_msec_t                         wait_until;
-    ngx_msec_t                         poll_delay;
-    ngx_event_t                        wait_ev;
-    ngx_event_t                        resume_ev;
-    ngx_event_t                        hash_ev;    /* next body slice */
-    ngx_event_t                        guard_ev;   /* filter.c's guard */
-    ngx_event_t                        stall_ev;   /* a client not reading */
-    off_t                              stall_sent; /* c->sent at its start */
-    ngx_uint_t                         guards;     /* guard's looks */
-    ngx_http_idempotency_fp_t          fp;
+    ngx_http_idempotency_hash_ctx_t     hash;       /* handler.c */
+    ngx_http_idempotency_claim_ctx_t    claim;      /* claim.c */
+    ngx_http_idempotency_hold_ctx_t     hold;       /* hold.c */
+    ngx_http_idempotency_lease_t        lease;
+    ngx_uint_t                          epoch;      /* of the claim */
+    ngx_msec_t                          wait_until;
+    ngx_event_t                         wait_ev;    /* claim's, hold's */
+    ngx_event_t                         resume_ev;
 
-    ngx_pool_t                        *replay_pool;
-    ngx_http_idempotency_record_t      record;
+    ngx_pool_t                         *replay_pool;
+    ngx_http_idempotency_record_t       record;
 
     /* replay tiers (tier.h) */
-    ngx_uint_t                         tier;       /* $idempotency_tier */
-    time_t                             expires;    /* owner: retention */
-    ngx_http_idempotency_redis_op_t   *redis_op;   /* lookup in flight */
-    ngx_http_idempotency_entry_t       entry;      /* tier hit */
-    ngx_http_idempotency_next_pt       next;       /* lookup, hold */
-    ngx_queue_t                        waiter;     /* held duplicate */
-    ngx_msec_t                         poll_at;    /* held: next poll */
+    ngx_uint_t                          tier;       /* $idempotency_tier */
+    time_t                              expires;    /* owner: retention */
+    ngx_http_idempotency_redis_op_t    *redis_op;   /* tier.c's lookup */
+    ngx_http_idempotency_entry_t        entry;      /* tier hit */
+    ngx_http_idempotency_next_pt        next;       /* lookup, hold */
 
-    /* capture of the response, in memory the module owns */
-    ngx_pool_t                        *capture;
-    size_t                            *charged;   /* in its cleanup */
-    ngx_str_t                          head;
-    ngx_chain_t                       *body;
-    ngx_chain_t                       *tail;
-    size_t                             body_len;
-    off_t                              expect_len;
-    ngx_uint_t                         resp_status;
+    /* the response: its copy, and filter.c's watch over its sending */
+    ngx_http_idempotency_capture_ctx_t  capture;
+    ngx_http_idempotency_filter_ctx_t   filter;
 
-    /* the completion write, and the end of the response waiting for it */
-    void                              *job;
-    void                              *reserve;   /* its memory, in capture */
-    ngx_http_event_handler_pt          downstream; /* filter.c wraps it */
-    ngx_chain_t                       *deferred;  /* end of response */
-    ngx_event_t                        defer_ev;
+    /* the completion write, and its memory, in capture.pool */
+    void                               *job;
+    void                               *reserve;
 
-    unsigned                           owner:1;    /* holds the claim */
-    unsigned                           deferring:1; /* until committed */
-    unsigned                           gone:1;     /* client unwritable */
-    unsigned                           in_progress:1; /* seen so */
-    unsigned                           exists:1;   /* its row seen */
-    unsigned                           capturing:1;
-    unsigned                           capture_seen:1;
-    unsigned                           too_large:1;
-    unsigned                           held:1;     /* in the waiter list */
-    unsigned                           woken:1;    /* by the owner's end */
-    unsigned                           has_token:1;
-    unsigned                           header_deferred:1;
-    unsigned                           expired_key:1; /* issued, expired */
+    unsigned                            owner:1;    /* holds the claim */
+    unsigned                            has_token:1;
+    unsigned                            expired_key:1; /* issued, expired */
 
     u_char                key_hash[NGX_HTTP_IDEMPOTENCY_HASH_LEN];
     u_char                key_id_data[NGX_HTTP_IDEMPOTENCY_KEY_ID_LEN];

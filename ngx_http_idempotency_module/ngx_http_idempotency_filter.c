@@ -126,11 +126,11 @@ ngx_http_idempotency_header_filter(ngx_http_request_t *r)
 
     ctx = ngx_http_idempotency_get_ctx(r);
 
-    if (ctx == NULL || !ctx->owner || ctx->capture_seen) {
+    if (ctx == NULL || !ctx->owner || ctx->capture.seen) {
         return ngx_http_next_header_filter(r);
     }
 
-    ctx->capture_seen = 1;
+    ctx->capture.seen = 1;
 
     switch (ngx_http_idempotency_outcome(r, &status)) {
 
@@ -190,17 +190,17 @@ ngx_http_idempotency_header_filter(ngx_http_request_t *r)
 
         ngx_http_idempotency_captured(ctx, 1);
 
-        if (ctx->gone) {
+        if (ctx->filter.gone) {
             return NGX_OK;
         }
 
-        if (ctx->job && ctx->deferring) {
+        if (ctx->job && ctx->filter.deferring) {
 
             /* the content handler sends no body after it (a HEAD of a
              * static file would, and desync a keep-alive connection) */
 
             r->header_only = 1;
-            ctx->header_deferred = 1;
+            ctx->filter.header_deferred = 1;
             r->buffered |= NGX_HTTP_IDEMPOTENCY_BUFFERED;
             return NGX_OK;
         }
@@ -209,7 +209,7 @@ ngx_http_idempotency_header_filter(ngx_http_request_t *r)
     }
 
     if (r->connection->error) {
-        ctx->gone = 1;
+        ctx->filter.gone = 1;
         return NGX_OK;
     }
 
@@ -242,20 +242,20 @@ ngx_http_idempotency_capture_prepare(ngx_http_idempotency_ctx_t *ctx)
         return NGX_ERROR;
     }
 
-    if (ctx->charged) {
+    if (ctx->capture.charged) {
         return NGX_OK;
     }
 
     /* what the capture charges is given back with its pool, by whoever
      * owns it then (the request, or the completion job) */
 
-    cln = ngx_pool_cleanup_add(ctx->capture, sizeof(size_t));
+    cln = ngx_pool_cleanup_add(ctx->capture.pool, sizeof(size_t));
     if (cln == NULL) {
         return NGX_ERROR;
     }
 
-    ctx->charged = cln->data;
-    *ctx->charged = 0;
+    ctx->capture.charged = cln->data;
+    *ctx->capture.charged = 0;
     cln->handler = ngx_http_idempotency_uncharge;
 
     return NGX_OK;
@@ -272,15 +272,15 @@ ngx_http_idempotency_capture_start(ngx_http_request_t *r,
 
     /* prepared when the request was forwarded (handler.c) */
 
-    if (ctx->charged == NULL
+    if (ctx->capture.charged == NULL
         && ngx_http_idempotency_capture_prepare(ctx) != NGX_OK)
     {
         return NGX_ERROR;
     }
 
-    rc = ngx_http_idempotency_record_head(r, ctx->capture,
+    rc = ngx_http_idempotency_record_head(r, ctx->capture.pool,
                                           ctx->conf->skip_headers,
-                                          &ctx->head);
+                                          &ctx->capture.head);
 
     if (rc == NGX_ERROR) {
 
@@ -291,7 +291,7 @@ ngx_http_idempotency_capture_start(ngx_http_request_t *r,
                       "cannot be recorded (no memory, or more than a "
                       "record frames): recorded as executed, not stored",
                       &ctx->key_id);
-        ctx->too_large = 1;
+        ctx->capture.too_large = 1;
 
     } else if (rc == NGX_DECLINED) {
 
@@ -301,15 +301,15 @@ ngx_http_idempotency_capture_start(ngx_http_request_t *r,
                       "idempotency: response of key %V has a status or "
                       "header that is never replayed: recorded as "
                       "executed, not stored", &ctx->key_id);
-        ctx->too_large = 1;
+        ctx->capture.too_large = 1;
     }
 
-    ctx->resp_status = r->headers_out.status;
-    ctx->capturing = 1;
+    ctx->capture.status = r->headers_out.status;
+    ctx->capture.active = 1;
 
     /* a HEAD response's Content-Length is that of a body it never has */
 
-    ctx->expect_len = ngx_http_idempotency_header_only(r)
+    ctx->capture.expect_len = ngx_http_idempotency_header_only(r)
                       ? -1 : r->headers_out.content_length_n;
 
     /* file buffers reach this filter read into memory */
@@ -352,7 +352,7 @@ ngx_http_idempotency_replaced(ngx_http_idempotency_ctx_t *ctx,
                   "error_page replaced its response: recorded as "
                   "executed, not stored", &ctx->key_id, status);
 
-    ctx->resp_status = status;
+    ctx->capture.status = status;
 
     if (ngx_http_idempotency_complete(ctx, NGX_HTTP_IDEMPOTENCY_ROW_UNSTORED,
                                       ngx_http_idempotency_committed)
@@ -379,7 +379,7 @@ ngx_http_idempotency_filter_unsure(ngx_http_idempotency_ctx_t *ctx,
 
     r = ctx->request;
 
-    ctx->capturing = 0;
+    ctx->capture.active = 0;
 
     if (ctx->conf->on_unknown == NGX_HTTP_IDEMPOTENCY_UNKNOWN_RELEASE) {
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
@@ -394,7 +394,7 @@ ngx_http_idempotency_filter_unsure(ngx_http_idempotency_ctx_t *ctx,
                   "idempotency: key %V: %s; its outcome is unknown, and it "
                   "is not executed again", &ctx->key_id, why);
 
-    ctx->resp_status = r->err_status ? (ngx_uint_t) r->err_status
+    ctx->capture.status = r->err_status ? (ngx_uint_t) r->err_status
                                      : r->headers_out.status;
 
     return ngx_http_idempotency_complete(ctx,
@@ -417,79 +417,80 @@ ngx_http_idempotency_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
     ctx = ngx_http_idempotency_get_ctx(r);
 
     if (ctx == NULL
-        || !(ctx->capturing || ctx->deferring || ctx->deferred
-             || ctx->header_deferred || ctx->gone))
+        || !(ctx->capture.active || ctx->filter.deferring
+             || ctx->filter.deferred || ctx->filter.header_deferred
+             || ctx->filter.gone))
     {
         return ngx_http_next_body_filter(r, in);
     }
 
     /* a client that stops reading is a client that left (see below) */
 
-    if (ctx->capturing && r->write_event_handler
+    if (ctx->capture.active && r->write_event_handler
                           != ngx_http_idempotency_downstream_handler)
     {
-        ctx->downstream = r->write_event_handler;
+        ctx->filter.downstream = r->write_event_handler;
         r->write_event_handler = ngx_http_idempotency_downstream_handler;
     }
 
     /* copy before passing on: later filters consume the buffers */
 
-    if (ctx->capturing && in) {
+    if (ctx->capture.active && in) {
         ngx_http_idempotency_captured(ctx,
                                       ngx_http_idempotency_capture_chain(ctx,
                                                                          in));
     }
 
-    if (ctx->gone) {
-        ngx_http_idempotency_consume(ctx->deferred);
+    if (ctx->filter.gone) {
+        ngx_http_idempotency_consume(ctx->filter.deferred);
         ngx_http_idempotency_consume(in);
-        ctx->deferred = NULL;
+        ctx->filter.deferred = NULL;
         r->buffered &= ~NGX_HTTP_IDEMPOTENCY_BUFFERED;
         return NGX_OK;
     }
 
-    if (ctx->job && ctx->deferring) {
+    if (ctx->job && ctx->filter.deferring) {
         return ngx_http_idempotency_defer(r, ctx, in);
     }
 
-    if (ctx->header_deferred) {
+    if (ctx->filter.header_deferred) {
 
         /* stored: the header of a response without a body goes out; its
          * end is the header itself, or the empty last buffer held */
 
-        ctx->header_deferred = 0;
+        ctx->filter.header_deferred = 0;
         r->buffered &= ~NGX_HTTP_IDEMPOTENCY_BUFFERED;
 
         rc = ngx_http_next_header_filter(r);
 
         if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
-            ngx_http_idempotency_consume(ctx->deferred);
+            ngx_http_idempotency_consume(ctx->filter.deferred);
             ngx_http_idempotency_consume(in);
-            ctx->deferred = NULL;
+            ctx->filter.deferred = NULL;
 
             return (rc == NGX_ERROR || rc > NGX_OK) ? NGX_ERROR : rc;
         }
     }
 
-    if (ctx->deferred) {
+    if (ctx->filter.deferred) {
         /* the completion is committed (or its wait ended): send the end */
 
-        for (cl = ctx->deferred; cl->next; cl = cl->next) { /* void */ }
+        for (cl = ctx->filter.deferred; cl->next; cl = cl->next) { /* void */ }
 
         cl->next = in;
-        in = ctx->deferred;
-        ctx->deferred = NULL;
+        in = ctx->filter.deferred;
+        ctx->filter.deferred = NULL;
         r->buffered &= ~NGX_HTTP_IDEMPOTENCY_BUFFERED;
     }
 
     rc = ngx_http_next_body_filter(r, in);
 
-    if (rc == NGX_ERROR && ctx->capturing) {
+    if (rc == NGX_ERROR && ctx->capture.active) {
         ngx_http_idempotency_client_gone(r, ctx, in);
         return NGX_OK;
     }
 
-    if (ctx->capturing) {
+    if (ctx->capture.active) {
         ngx_http_idempotency_stall_watch(r, ctx, rc);
     }
 
@@ -516,8 +517,8 @@ ngx_http_idempotency_stall_watch(ngx_http_request_t *r,
     ngx_http_core_loc_conf_t  *clcf;
 
     if (rc != NGX_AGAIN && !r->connection->buffered) {
-        if (ctx->stall_ev.timer_set) {
-            ngx_del_timer(&ctx->stall_ev);
+        if (ctx->filter.stall_ev.timer_set) {
+            ngx_del_timer(&ctx->filter.stall_ev);
         }
 
         return;
@@ -528,12 +529,12 @@ ngx_http_idempotency_stall_watch(ngx_http_request_t *r,
     t = clcf->send_timeout;
     t = (t > 200) ? t - 100 : t / 2;
 
-    ctx->stall_sent = r->connection->sent;
-    ctx->stall_ev.handler = ngx_http_idempotency_stall_handler;
-    ctx->stall_ev.data = ctx;
-    ctx->stall_ev.log = r->connection->log;
+    ctx->filter.stall_sent = r->connection->sent;
+    ctx->filter.stall_ev.handler = ngx_http_idempotency_stall_handler;
+    ctx->filter.stall_ev.data = ctx;
+    ctx->filter.stall_ev.log = r->connection->log;
 
-    ngx_add_timer(&ctx->stall_ev, t);
+    ngx_add_timer(&ctx->filter.stall_ev, t);
 }
 
 
@@ -548,11 +549,11 @@ ngx_http_idempotency_stall_handler(ngx_event_t *ev)
     r = ctx->request;
     c = r->connection;
 
-    if (!ctx->capturing || ctx->gone) {
+    if (!ctx->capture.active || ctx->filter.gone) {
         return;
     }
 
-    if (c->sent != ctx->stall_sent) {
+    if (c->sent != ctx->filter.stall_sent) {
         /* the client reads, slowly: as send_timeout, counted anew */
         ngx_http_idempotency_stall_watch(r, ctx, NGX_AGAIN);
         return;
@@ -590,7 +591,7 @@ ngx_http_idempotency_downstream_handler(ngx_http_request_t *r)
     ctx = ngx_http_idempotency_get_ctx(r);
     wev = r->connection->write;
 
-    if (ctx->capturing && !ctx->gone && wev->timedout) {
+    if (ctx->capture.active && !ctx->filter.gone && wev->timedout) {
         ngx_log_error(NGX_LOG_INFO, r->connection->log, NGX_ETIMEDOUT,
                       "idempotency: client of key %V stopped reading",
                       &ctx->key_id);
@@ -602,7 +603,7 @@ ngx_http_idempotency_downstream_handler(ngx_http_request_t *r)
         wev->ready = 1;
     }
 
-    ctx->downstream(r);
+    ctx->filter.downstream(r);
 }
 
 
@@ -647,9 +648,9 @@ ngx_http_idempotency_capture_chain(ngx_http_idempotency_ctx_t *ctx,
 static void
 ngx_http_idempotency_capture_drop(ngx_http_idempotency_ctx_t *ctx)
 {
-    ctx->too_large = 1;
-    ctx->body = NULL;
-    ctx->tail = NULL;
+    ctx->capture.too_large = 1;
+    ctx->capture.body = NULL;
+    ctx->capture.tail = NULL;
 }
 
 
@@ -679,7 +680,7 @@ ngx_http_idempotency_charge(ngx_http_idempotency_ctx_t *ctx, size_t n)
     }
 
     ngx_http_idempotency_charged += 2 * n;
-    *ctx->charged += 2 * n;
+    *ctx->capture.charged += 2 * n;
 
     return NGX_OK;
 }
@@ -698,17 +699,18 @@ static ngx_int_t
 ngx_http_idempotency_capture(ngx_http_idempotency_ctx_t *ctx, u_char *data,
     size_t size)
 {
+    off_t         left;
     size_t        n;
     ngx_buf_t    *b;
     ngx_chain_t  *cl;
 
-    ctx->body_len += size;
+    ctx->capture.body_len += size;
 
-    if (ctx->too_large) {
+    if (ctx->capture.too_large) {
         return NGX_OK;
     }
 
-    if (ctx->body_len > ctx->conf->max_response_size) {
+    if (ctx->capture.body_len > ctx->conf->max_response_size) {
 
         /* still streamed in full; recorded as executed, not stored */
 
@@ -723,7 +725,7 @@ ngx_http_idempotency_capture(ngx_http_idempotency_ctx_t *ctx, u_char *data,
 
     /* fill the current buffer, then allocate a larger one */
 
-    cl = ctx->tail;
+    cl = ctx->capture.tail;
 
     while (size) {
         if (cl == NULL || cl->buf->end == cl->buf->last) {
@@ -733,11 +735,11 @@ ngx_http_idempotency_capture(ngx_http_idempotency_ctx_t *ctx, u_char *data,
             /* no more than the rest of a known length: a small response
              * stays a small allocation of the capture pool */
 
-            if (ctx->expect_len >= 0
-                && ctx->expect_len > (off_t) (ctx->body_len - size))
-            {
-                n = ngx_min(n, (size_t) (ctx->expect_len
-                                         - (off_t) (ctx->body_len - size)));
+            left = ctx->capture.expect_len
+                   - (off_t) (ctx->capture.body_len - size);
+
+            if (ctx->capture.expect_len >= 0 && left > 0) {
+                n = ngx_min(n, (size_t) left);
             }
 
             n = ngx_max(n, size);
@@ -747,12 +749,12 @@ ngx_http_idempotency_capture(ngx_http_idempotency_ctx_t *ctx, u_char *data,
                 return NGX_OK;
             }
 
-            b = ngx_create_temp_buf(ctx->capture, n);
+            b = ngx_create_temp_buf(ctx->capture.pool, n);
             if (b == NULL) {
                 return NGX_ERROR;
             }
 
-            cl = ngx_alloc_chain_link(ctx->capture);
+            cl = ngx_alloc_chain_link(ctx->capture.pool);
             if (cl == NULL) {
                 return NGX_ERROR;
             }
@@ -760,14 +762,14 @@ ngx_http_idempotency_capture(ngx_http_idempotency_ctx_t *ctx, u_char *data,
             cl->buf = b;
             cl->next = NULL;
 
-            if (ctx->tail) {
-                ctx->tail->next = cl;
+            if (ctx->capture.tail) {
+                ctx->capture.tail->next = cl;
 
             } else {
-                ctx->body = cl;
+                ctx->capture.body = cl;
             }
 
-            ctx->tail = cl;
+            ctx->capture.tail = cl;
         }
 
         b = cl->buf;
@@ -793,24 +795,27 @@ ngx_http_idempotency_captured(ngx_http_idempotency_ctx_t *ctx,
 {
     ngx_http_request_t  *r;
 
-    if (!ctx->capturing) {
+    if (!ctx->capture.active) {
         return;
     }
 
     if (!last
-        && !(ctx->expect_len >= 0 && (off_t) ctx->body_len >= ctx->expect_len))
+        && !(ctx->capture.expect_len >= 0
+             && (off_t) ctx->capture.body_len >= ctx->capture.expect_len))
     {
         return;
     }
 
     r = ctx->request;
-    ctx->capturing = 0;
+    ctx->capture.active = 0;
 
-    if (ctx->expect_len >= 0 && (off_t) ctx->body_len != ctx->expect_len) {
+    if (ctx->capture.expect_len >= 0
+        && (off_t) ctx->capture.body_len != ctx->capture.expect_len)
+    {
         ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
                       "idempotency: response of key %V was truncated "
-                      "(%uz of %O bytes)",
-                      &ctx->key_id, ctx->body_len, ctx->expect_len);
+                      "(%uz of %O bytes)", &ctx->key_id,
+                      ctx->capture.body_len, ctx->capture.expect_len);
 
         if (ngx_http_idempotency_filter_unsure(ctx,
                                                "its response was truncated")
@@ -827,7 +832,7 @@ ngx_http_idempotency_captured(ngx_http_idempotency_ctx_t *ctx,
         return;
     }
 
-    if (!ctx->gone) {
+    if (!ctx->filter.gone) {
         ngx_http_idempotency_defer_start(ctx);
     }
 }
@@ -843,13 +848,13 @@ ngx_http_idempotency_defer_start(ngx_http_idempotency_ctx_t *ctx)
         return;
     }
 
-    ctx->deferring = 1;
+    ctx->filter.deferring = 1;
 
-    ctx->defer_ev.handler = ngx_http_idempotency_defer_timeout;
-    ctx->defer_ev.data = ctx;
-    ctx->defer_ev.log = ctx->request->connection->log;
+    ctx->filter.defer_ev.handler = ngx_http_idempotency_defer_timeout;
+    ctx->filter.defer_ev.data = ctx;
+    ctx->filter.defer_ev.log = ctx->request->connection->log;
 
-    ngx_add_timer(&ctx->defer_ev, ngx_http_idempotency_defer_time(ctx));
+    ngx_add_timer(&ctx->filter.defer_ev, ngx_http_idempotency_defer_time(ctx));
 }
 
 
@@ -859,7 +864,7 @@ ngx_http_idempotency_defer(ngx_http_request_t *r,
 {
     ngx_chain_t  *cl, **ll;
 
-    for (ll = &ctx->deferred; *ll; ll = &(*ll)->next) { /* void */ }
+    for (ll = &ctx->filter.deferred; *ll; ll = &(*ll)->next) { /* void */ }
 
     for ( /* void */ ; in; in = in->next) {
         cl = ngx_alloc_chain_link(r->pool);
@@ -884,8 +889,8 @@ ngx_http_idempotency_defer(ngx_http_request_t *r,
 static void
 ngx_http_idempotency_committed(ngx_http_idempotency_ctx_t *ctx)
 {
-    if (ctx->defer_ev.timer_set) {
-        ngx_del_timer(&ctx->defer_ev);
+    if (ctx->filter.defer_ev.timer_set) {
+        ngx_del_timer(&ctx->filter.defer_ev);
     }
 
     ngx_http_idempotency_send_deferred(ctx);
@@ -913,13 +918,13 @@ ngx_http_idempotency_defer_timeout(ngx_event_t *ev)
 static void
 ngx_http_idempotency_send_deferred(ngx_http_idempotency_ctx_t *ctx)
 {
-    if (!ctx->deferring) {
+    if (!ctx->filter.deferring) {
         return;
     }
 
-    ctx->deferring = 0;
+    ctx->filter.deferring = 0;
 
-    if (ctx->deferred == NULL && !ctx->header_deferred) {
+    if (ctx->filter.deferred == NULL && !ctx->filter.header_deferred) {
         return;
     }
 
@@ -953,20 +958,20 @@ ngx_http_idempotency_send_deferred_handler(ngx_event_t *ev)
 void
 ngx_http_idempotency_filter_cleanup(ngx_http_idempotency_ctx_t *ctx)
 {
-    if (ctx->defer_ev.timer_set) {
-        ngx_del_timer(&ctx->defer_ev);
+    if (ctx->filter.defer_ev.timer_set) {
+        ngx_del_timer(&ctx->filter.defer_ev);
     }
 
-    if (ctx->guard_ev.posted) {
-        ngx_delete_posted_event(&ctx->guard_ev);
+    if (ctx->filter.guard_ev.posted) {
+        ngx_delete_posted_event(&ctx->filter.guard_ev);
     }
 
-    if (ctx->guard_ev.timer_set) {
-        ngx_del_timer(&ctx->guard_ev);
+    if (ctx->filter.guard_ev.timer_set) {
+        ngx_del_timer(&ctx->filter.guard_ev);
     }
 
-    if (ctx->stall_ev.timer_set) {
-        ngx_del_timer(&ctx->stall_ev);
+    if (ctx->filter.stall_ev.timer_set) {
+        ngx_del_timer(&ctx->filter.stall_ev);
     }
 }
 
@@ -982,15 +987,15 @@ void
 ngx_http_idempotency_filter_guard(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx)
 {
-    if (ctx->guard_ev.posted) {
+    if (ctx->filter.guard_ev.posted) {
         return;
     }
 
-    ctx->guard_ev.handler = ngx_http_idempotency_guard_handler;
-    ctx->guard_ev.data = ctx;
-    ctx->guard_ev.log = r->connection->log;
+    ctx->filter.guard_ev.handler = ngx_http_idempotency_guard_handler;
+    ctx->filter.guard_ev.data = ctx;
+    ctx->filter.guard_ev.log = r->connection->log;
 
-    ngx_post_event(&ctx->guard_ev, &ngx_posted_events);
+    ngx_post_event(&ctx->filter.guard_ev, &ngx_posted_events);
 }
 
 
@@ -1015,8 +1020,9 @@ ngx_http_idempotency_guard_handler(ngx_event_t *ev)
         /* the content handler reads the body first (idempotency_
          * fingerprint off): look again, for a while */
 
-        if (ctx->guards++ < NGX_HTTP_IDEMPOTENCY_GUARD_LOOKS) {
-            ngx_add_timer(&ctx->guard_ev, NGX_HTTP_IDEMPOTENCY_GUARD_EVERY);
+        if (ctx->filter.guards++ < NGX_HTTP_IDEMPOTENCY_GUARD_LOOKS) {
+            ngx_add_timer(&ctx->filter.guard_ev,
+                          NGX_HTTP_IDEMPOTENCY_GUARD_EVERY);
         }
 
         return;
@@ -1066,11 +1072,11 @@ ngx_http_idempotency_client_gone(ngx_http_request_t *r,
                   "idempotency: client of key %V is gone; the response "
                   "is still read from the upstream and stored", &ctx->key_id);
 
-    ctx->gone = 1;
+    ctx->filter.gone = 1;
     r->connection->error = 1;
 
-    if (ctx->stall_ev.timer_set) {
-        ngx_del_timer(&ctx->stall_ev);
+    if (ctx->filter.stall_ev.timer_set) {
+        ngx_del_timer(&ctx->filter.stall_ev);
     }
 
     ngx_http_idempotency_consume(in);

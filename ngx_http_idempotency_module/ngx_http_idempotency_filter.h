@@ -14,6 +14,48 @@
 #define _NGX_HTTP_IDEMPOTENCY_FILTER_H_INCLUDED_
 
 
+#include "ngx_http_idempotency_module.h"
+
+
+/*
+ * The filters' parts of the request context, declared before the
+ * context's header, which embeds them.  ctx->capture: the copy of the
+ * response, in memory the module owns, which complete.c stores.
+ */
+typedef struct {
+    ngx_pool_t                        *pool;
+    size_t                            *charged;    /* in its cleanup */
+    ngx_str_t                          head;
+    ngx_chain_t                       *body;
+    ngx_chain_t                       *tail;
+    size_t                             body_len;
+    off_t                              expect_len;
+    ngx_uint_t                         status;     /* the response's */
+
+    unsigned                           active:1;   /* the body is copied */
+    unsigned                           seen:1;     /* its header, once */
+    unsigned                           too_large:1;
+} ngx_http_idempotency_capture_ctx_t;
+
+/*
+ * ctx->filter: the end of the response waiting for the completion write,
+ * the guard after an internal redirect, a client not reading.
+ */
+typedef struct {
+    ngx_http_event_handler_pt          downstream; /* it wraps it */
+    ngx_chain_t                       *deferred;   /* end of response */
+    ngx_event_t                        defer_ev;
+    ngx_event_t                        guard_ev;
+    ngx_event_t                        stall_ev;   /* a client not reading */
+    off_t                              stall_sent; /* c->sent at its start */
+    ngx_uint_t                         guards;     /* guard's looks */
+
+    unsigned                           deferring:1; /* until committed */
+    unsigned                           header_deferred:1; /* the header too */
+    unsigned                           gone:1;     /* client unwritable */
+} ngx_http_idempotency_filter_ctx_t;
+
+
 #include "ngx_http_idempotency_ctx.h"
 
 

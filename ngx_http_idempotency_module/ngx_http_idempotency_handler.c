@@ -308,18 +308,18 @@ ngx_http_idempotency_body_handler(ngx_http_request_t *r)
         return;
     }
 
-    rc = ngx_http_idempotency_fingerprint(r, &ctx->fp, ctx->fingerprint);
+    rc = ngx_http_idempotency_fingerprint(r, &ctx->hash.fp, ctx->fingerprint);
 
     if (rc == NGX_AGAIN) {
 
         /* the next slice of a temp file after the events that are ready
          * now: other connections are served in between */
 
-        ctx->hash_ev.handler = ngx_http_idempotency_hash_handler;
-        ctx->hash_ev.data = ctx;
-        ctx->hash_ev.log = r->connection->log;
+        ctx->hash.ev.handler = ngx_http_idempotency_hash_handler;
+        ctx->hash.ev.data = ctx;
+        ctx->hash.ev.log = r->connection->log;
 
-        ngx_post_event(&ctx->hash_ev, &ngx_posted_next_events);
+        ngx_post_event(&ctx->hash.ev, &ngx_posted_next_events);
         return;
     }
 
@@ -618,8 +618,8 @@ ngx_http_idempotency_teardown(ngx_http_idempotency_ctx_t *ctx)
         ngx_delete_posted_event(&ctx->resume_ev);
     }
 
-    if (ctx->hash_ev.posted) {
-        ngx_delete_posted_event(&ctx->hash_ev);
+    if (ctx->hash.ev.posted) {
+        ngx_delete_posted_event(&ctx->hash.ev);
     }
 
     /* a Redis lookup in flight */
@@ -643,11 +643,11 @@ ngx_http_idempotency_teardown(ngx_http_idempotency_ctx_t *ctx)
          * any of it reached an upstream, the outcome is unknown.
          */
 
-        if (ctx->capturing
+        if (ctx->capture.active
             || ngx_http_idempotency_outcome_sent(ctx->request)
                == NGX_HTTP_IDEMPOTENCY_UNSURE)
         {
-            (void) ngx_http_idempotency_filter_unsure(ctx, ctx->capturing
+            (void) ngx_http_idempotency_filter_unsure(ctx, ctx->capture.active
                                 ? "its response did not reach its end"
                                 : "no response came back from the upstream");
         }
@@ -660,11 +660,11 @@ ngx_http_idempotency_teardown(ngx_http_idempotency_ctx_t *ctx)
     /* a completion write goes on without the request */
     ngx_http_idempotency_complete_detach(ctx);
 
-    if (ctx->capture) {
-        ngx_destroy_pool(ctx->capture);
-        ctx->capture = NULL;
+    if (ctx->capture.pool) {
+        ngx_destroy_pool(ctx->capture.pool);
+        ctx->capture.pool = NULL;
         ctx->reserve = NULL;
-        ctx->charged = NULL;
+        ctx->capture.charged = NULL;
     }
 
     if (ctx->replay_pool) {

@@ -14,6 +14,21 @@
 #define _NGX_HTTP_IDEMPOTENCY_HANDLER_H_INCLUDED_
 
 
+#include "ngx_http_idempotency_module.h"
+#include "ngx_http_idempotency_key.h"
+
+
+/*
+ * The handler's part of the request context (ctx->hash): the body's
+ * fingerprint, taken a slice per event.  Declared before the context's
+ * header, which embeds it.
+ */
+typedef struct {
+    ngx_http_idempotency_fp_t          fp;
+    ngx_event_t                        ev;         /* next body slice */
+} ngx_http_idempotency_hash_ctx_t;
+
+
 #include "ngx_http_idempotency_ctx.h"
 
 

@@ -48,15 +48,15 @@ ngx_http_idempotency_hold(ngx_http_idempotency_ctx_t *ctx,
 
     /* MySQL is polled after 25 ms, doubling up to 500 ms */
 
-    ctx->poll_delay = ctx->poll_delay ? ngx_min(ctx->poll_delay * 2, 500)
-                                      : 25;
-    delay = ngx_min(ctx->poll_delay, left);
+    ctx->hold.poll_delay = ctx->hold.poll_delay
+                           ? ngx_min(ctx->hold.poll_delay * 2, 500) : 25;
+    delay = ngx_min(ctx->hold.poll_delay, left);
 
     ctx->state = NGX_HTTP_IDEMPOTENCY_S_HELD;
     ctx->next = next;
-    ctx->poll_at = ngx_current_msec + delay;
-    ctx->tries = 0;
-    ctx->lost = 0;
+    ctx->hold.poll_at = ngx_current_msec + delay;
+    ctx->claim.tries = 0;
+    ctx->claim.lost = 0;
 
     ctx->wait_ev.handler = ngx_http_idempotency_hold_handler;
     ctx->wait_ev.data = ctx;
@@ -85,7 +85,7 @@ ngx_http_idempotency_hold_enter(ngx_http_idempotency_ctx_t *ctx)
 
     static time_t                      logged;
 
-    if (ctx->held) {
+    if (ctx->hold.held) {
         return NGX_OK;
     }
 
@@ -119,8 +119,8 @@ ngx_http_idempotency_hold_enter(ngx_http_idempotency_ctx_t *ctx)
     }
 
     ngx_queue_insert_tail(&ngx_http_idempotency_waiters[ctx->key_hash[0]],
-                          &ctx->waiter);
-    ctx->held = 1;
+                          &ctx->hold.waiter);
+    ctx->hold.held = 1;
     ngx_http_idempotency_held_n++;
     ctx->conf->store->held++;
 
@@ -145,9 +145,9 @@ ngx_http_idempotency_hold_handler(ngx_event_t *ev)
         return;
     }
 
-    left = (ngx_msec_int_t) (ctx->poll_at - ngx_current_msec);
+    left = (ngx_msec_int_t) (ctx->hold.poll_at - ngx_current_msec);
 
-    if (!ctx->woken && left > 0) {
+    if (!ctx->hold.woken && left > 0) {
         ngx_add_timer(&ctx->wait_ev,
                       ngx_min((ngx_msec_t) left,
                               NGX_HTTP_IDEMPOTENCY_HOLD_PEEK));
@@ -156,7 +156,7 @@ ngx_http_idempotency_hold_handler(ngx_event_t *ev)
 
     /* time to poll, or woken by the owner's end: MySQL has the verdict */
 
-    ctx->woken = 0;
+    ctx->hold.woken = 0;
     ngx_http_idempotency_hold_leave(ctx);
     ctx->next(ctx, NGX_DECLINED);
 }
@@ -181,7 +181,7 @@ ngx_http_idempotency_hold_wake(ngx_http_idempotency_store_t *store,
          q != ngx_queue_sentinel(head);
          q = ngx_queue_next(q))
     {
-        ctx = ngx_queue_data(q, ngx_http_idempotency_ctx_t, waiter);
+        ctx = ngx_queue_data(q, ngx_http_idempotency_ctx_t, hold.waiter);
 
         if (ctx->conf->store != store
             || ctx->state != NGX_HTTP_IDEMPOTENCY_S_HELD
@@ -196,7 +196,7 @@ ngx_http_idempotency_hold_wake(ngx_http_idempotency_store_t *store,
                        "idempotency: held duplicate of key %V woken",
                        &ctx->key_id);
 
-        ctx->woken = 1;
+        ctx->hold.woken = 1;
 
         if (ctx->wait_ev.timer_set) {
             ngx_del_timer(&ctx->wait_ev);
@@ -227,9 +227,9 @@ ngx_http_idempotency_hold_cleanup(ngx_http_idempotency_ctx_t *ctx)
 static void
 ngx_http_idempotency_hold_leave(ngx_http_idempotency_ctx_t *ctx)
 {
-    if (ctx->held) {
-        ngx_queue_remove(&ctx->waiter);
-        ctx->held = 0;
+    if (ctx->hold.held) {
+        ngx_queue_remove(&ctx->hold.waiter);
+        ctx->hold.held = 0;
         ngx_http_idempotency_held_n--;
         ctx->conf->store->held--;
     }

@@ -21,6 +21,23 @@
 #define _NGX_HTTP_IDEMPOTENCY_HOLD_H_INCLUDED_
 
 
+#include "ngx_http_idempotency_module.h"
+
+
+/*
+ * The hold's part of the request context (ctx->hold).  Declared before
+ * the context's header, which embeds it.
+ */
+typedef struct {
+    ngx_queue_t                        waiter;     /* held duplicate */
+    ngx_msec_t                         poll_at;    /* held: next poll */
+    ngx_msec_t                         poll_delay;
+
+    unsigned                           held:1;     /* in the waiter list */
+    unsigned                           woken:1;    /* by the owner's end */
+} ngx_http_idempotency_hold_ctx_t;
+
+
 #include "ngx_http_idempotency_ctx.h"
 
 

@@ -42,6 +42,9 @@ ngx_msec_t  ngx_http_idempotency_metrics_le[] = {
     1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500
 };
 
+NGX_HTTP_IDEMPOTENCY_TABLE_CHECK(ngx_http_idempotency_metrics_le,
+                                 NGX_HTTP_IDEMPOTENCY_NBUCKETS - 1);
+
 
 ngx_int_t
 ngx_http_idempotency_metrics_init(ngx_conf_t *cf)
@@ -191,7 +194,9 @@ ngx_http_idempotency_metrics_request(ngx_http_idempotency_store_t *store,
 
     (void) ngx_atomic_fetch_add(&m->requests[status], 1);
 
-    if (status == NGX_HTTP_IDEMPOTENCY_REPLAY && tier < 4) {
+    if (status == NGX_HTTP_IDEMPOTENCY_REPLAY
+        && tier < NGX_HTTP_IDEMPOTENCY_NTIERS)
+    {
         (void) ngx_atomic_fetch_add(&m->replays[tier], 1);
     }
 }

@@ -26,19 +26,21 @@
 
 
 /* store operations, by kind (op->kind, and the Redis ones) */
-#define NGX_HTTP_IDEMPOTENCY_OP_OTHER      0   /* not counted */
-#define NGX_HTTP_IDEMPOTENCY_OP_CLAIM      1
-#define NGX_HTTP_IDEMPOTENCY_OP_RENEW      2
-#define NGX_HTTP_IDEMPOTENCY_OP_COMPLETE   3
-#define NGX_HTTP_IDEMPOTENCY_OP_RELEASE    4
-#define NGX_HTTP_IDEMPOTENCY_OP_PURGE      5
-#define NGX_HTTP_IDEMPOTENCY_OP_REDIS_GET  6
-#define NGX_HTTP_IDEMPOTENCY_OP_REDIS_SET  7
-#define NGX_HTTP_IDEMPOTENCY_OP_READ       8   /* a claim's SELECT */
-#define NGX_HTTP_IDEMPOTENCY_OP_TAKEOVER   9   /* a claim's UPDATE */
-#define NGX_HTTP_IDEMPOTENCY_NOPS          10
+typedef enum {
+    NGX_HTTP_IDEMPOTENCY_OP_OTHER = 0,     /* not counted */
+    NGX_HTTP_IDEMPOTENCY_OP_CLAIM,
+    NGX_HTTP_IDEMPOTENCY_OP_RENEW,
+    NGX_HTTP_IDEMPOTENCY_OP_COMPLETE,
+    NGX_HTTP_IDEMPOTENCY_OP_RELEASE,
+    NGX_HTTP_IDEMPOTENCY_OP_PURGE,
+    NGX_HTTP_IDEMPOTENCY_OP_REDIS_GET,
+    NGX_HTTP_IDEMPOTENCY_OP_REDIS_SET,
+    NGX_HTTP_IDEMPOTENCY_OP_READ,          /* a claim's SELECT */
+    NGX_HTTP_IDEMPOTENCY_OP_TAKEOVER,      /* a claim's UPDATE */
 
-#define NGX_HTTP_IDEMPOTENCY_NSTATUSES     12
+    NGX_HTTP_IDEMPOTENCY_NOPS              /* how many: no kind */
+} ngx_http_idempotency_op_kind_e;
+
 #define NGX_HTTP_IDEMPOTENCY_NBUCKETS      12   /* the last is +Inf */
 #define NGX_HTTP_IDEMPOTENCY_MAX_WORKERS   64   /* more share the last */
 
@@ -70,7 +72,7 @@ struct ngx_http_idempotency_metrics_s {
     ngx_uint_t                      nservers;
 
     ngx_atomic_t          requests[NGX_HTTP_IDEMPOTENCY_NSTATUSES];
-    ngx_atomic_t          replays[4];         /* by $idempotency_tier */
+    ngx_atomic_t          replays[NGX_HTTP_IDEMPOTENCY_NTIERS];
     ngx_atomic_t          ops[NGX_HTTP_IDEMPOTENCY_NOPS][2];  /* ok, error */
     ngx_atomic_t          op_buckets[NGX_HTTP_IDEMPOTENCY_NOPS]
                                     [NGX_HTTP_IDEMPOTENCY_NBUCKETS];

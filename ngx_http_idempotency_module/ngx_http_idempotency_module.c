@@ -296,19 +296,33 @@ ngx_module_t  ngx_http_idempotency_module = {
 
 
 ngx_str_t  ngx_http_idempotency_status_names[] = {
-    ngx_string("bypass"),
-    ngx_string("new"),
-    ngx_string("replay"),
-    ngx_string("conflict"),
-    ngx_string("mismatch"),
-    ngx_string("invalid"),
-    ngx_string("missing"),
-    ngx_string("takeover"),
-    ngx_string("error"),
-    ngx_string("unstored"),
-    ngx_string("noscope"),
-    ngx_string("unknown")
+    [NGX_HTTP_IDEMPOTENCY_BYPASS] = ngx_string("bypass"),
+    [NGX_HTTP_IDEMPOTENCY_NEW] = ngx_string("new"),
+    [NGX_HTTP_IDEMPOTENCY_REPLAY] = ngx_string("replay"),
+    [NGX_HTTP_IDEMPOTENCY_CONFLICT] = ngx_string("conflict"),
+    [NGX_HTTP_IDEMPOTENCY_MISMATCH] = ngx_string("mismatch"),
+    [NGX_HTTP_IDEMPOTENCY_INVALID] = ngx_string("invalid"),
+    [NGX_HTTP_IDEMPOTENCY_MISSING] = ngx_string("missing"),
+    [NGX_HTTP_IDEMPOTENCY_TAKEOVER] = ngx_string("takeover"),
+    [NGX_HTTP_IDEMPOTENCY_ERROR] = ngx_string("error"),
+    [NGX_HTTP_IDEMPOTENCY_UNSTORED] = ngx_string("unstored"),
+    [NGX_HTTP_IDEMPOTENCY_NOSCOPE] = ngx_string("noscope"),
+    [NGX_HTTP_IDEMPOTENCY_UNKNOWN] = ngx_string("unknown")
 };
+
+NGX_HTTP_IDEMPOTENCY_TABLE_CHECK(ngx_http_idempotency_status_names,
+                                 NGX_HTTP_IDEMPOTENCY_NSTATUSES);
+
+
+ngx_str_t  ngx_http_idempotency_tier_names[] = {
+    [NGX_HTTP_IDEMPOTENCY_TIER_NONE] = ngx_null_string,
+    [NGX_HTTP_IDEMPOTENCY_TIER_SHM] = ngx_string("shm"),
+    [NGX_HTTP_IDEMPOTENCY_TIER_REDIS] = ngx_string("redis"),
+    [NGX_HTTP_IDEMPOTENCY_TIER_MYSQL] = ngx_string("mysql")
+};
+
+NGX_HTTP_IDEMPOTENCY_TABLE_CHECK(ngx_http_idempotency_tier_names,
+                                 NGX_HTTP_IDEMPOTENCY_NTIERS);
 
 
 static ngx_http_variable_t  ngx_http_idempotency_vars[] = {
@@ -706,13 +720,6 @@ ngx_http_idempotency_tier_variable(ngx_http_request_t *r,
 {
     ngx_http_idempotency_ctx_t  *ctx;
 
-    static ngx_str_t  tiers[] = {
-        ngx_null_string,
-        ngx_string("shm"),
-        ngx_string("redis"),
-        ngx_string("mysql")
-    };
-
     ctx = ngx_http_idempotency_get_ctx(r->main);
 
     if (ctx == NULL || ctx->tier == NGX_HTTP_IDEMPOTENCY_TIER_NONE) {
@@ -720,8 +727,8 @@ ngx_http_idempotency_tier_variable(ngx_http_request_t *r,
         return NGX_OK;
     }
 
-    v->len = tiers[ctx->tier].len;
-    v->data = tiers[ctx->tier].data;
+    v->len = ngx_http_idempotency_tier_names[ctx->tier].len;
+    v->data = ngx_http_idempotency_tier_names[ctx->tier].data;
     v->valid = 1;
     v->no_cacheable = 1;
     v->not_found = 0;

@@ -23,19 +23,42 @@
 #define NGX_HTTP_IDEMPOTENCY_TOKEN_LEN    16
 #define NGX_HTTP_IDEMPOTENCY_KEY_MAX      255
 
+/*
+ * The build fails unless table has an entry for each of the n values of
+ * the closed list that indexes it: an array of negative size (nginx
+ * builds as C89, which has no _Static_assert).
+ */
+#define NGX_HTTP_IDEMPOTENCY_TABLE_CHECK(table, n)                           \
+    typedef char  ngx_http_idempotency_check_##table[                        \
+        (sizeof(table) / sizeof((table)[0]) == (n)) ? 1 : -1]
+
 /* what the request became; $idempotency_status */
-#define NGX_HTTP_IDEMPOTENCY_BYPASS       0
-#define NGX_HTTP_IDEMPOTENCY_NEW          1
-#define NGX_HTTP_IDEMPOTENCY_REPLAY       2
-#define NGX_HTTP_IDEMPOTENCY_CONFLICT     3
-#define NGX_HTTP_IDEMPOTENCY_MISMATCH     4
-#define NGX_HTTP_IDEMPOTENCY_INVALID      5
-#define NGX_HTTP_IDEMPOTENCY_MISSING      6
-#define NGX_HTTP_IDEMPOTENCY_TAKEOVER     7
-#define NGX_HTTP_IDEMPOTENCY_ERROR        8
-#define NGX_HTTP_IDEMPOTENCY_UNSTORED     9
-#define NGX_HTTP_IDEMPOTENCY_NOSCOPE      10
-#define NGX_HTTP_IDEMPOTENCY_UNKNOWN      11
+typedef enum {
+    NGX_HTTP_IDEMPOTENCY_BYPASS = 0,
+    NGX_HTTP_IDEMPOTENCY_NEW,
+    NGX_HTTP_IDEMPOTENCY_REPLAY,
+    NGX_HTTP_IDEMPOTENCY_CONFLICT,
+    NGX_HTTP_IDEMPOTENCY_MISMATCH,
+    NGX_HTTP_IDEMPOTENCY_INVALID,
+    NGX_HTTP_IDEMPOTENCY_MISSING,
+    NGX_HTTP_IDEMPOTENCY_TAKEOVER,
+    NGX_HTTP_IDEMPOTENCY_ERROR,
+    NGX_HTTP_IDEMPOTENCY_UNSTORED,
+    NGX_HTTP_IDEMPOTENCY_NOSCOPE,
+    NGX_HTTP_IDEMPOTENCY_UNKNOWN,
+
+    NGX_HTTP_IDEMPOTENCY_NSTATUSES      /* how many: no status */
+} ngx_http_idempotency_status_e;
+
+/* ctx->tier: where the verdict came from; $idempotency_tier */
+typedef enum {
+    NGX_HTTP_IDEMPOTENCY_TIER_NONE = 0,
+    NGX_HTTP_IDEMPOTENCY_TIER_SHM,
+    NGX_HTTP_IDEMPOTENCY_TIER_REDIS,
+    NGX_HTTP_IDEMPOTENCY_TIER_MYSQL,
+
+    NGX_HTTP_IDEMPOTENCY_NTIERS         /* how many: no tier */
+} ngx_http_idempotency_tier_e;
 
 /* row states in the store */
 #define NGX_HTTP_IDEMPOTENCY_ROW_PROGRESS   0
@@ -156,6 +179,9 @@ extern ngx_module_t  ngx_http_idempotency_module;
 
 /* the values of $idempotency_status, by NGX_HTTP_IDEMPOTENCY_BYPASS ... */
 extern ngx_str_t     ngx_http_idempotency_status_names[];
+
+/* the values of $idempotency_tier, by NGX_HTTP_IDEMPOTENCY_TIER_SHM ... */
+extern ngx_str_t     ngx_http_idempotency_tier_names[];
 
 
 #endif /* _NGX_HTTP_IDEMPOTENCY_MODULE_H_INCLUDED_ */

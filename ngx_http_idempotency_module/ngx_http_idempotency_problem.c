@@ -17,6 +17,7 @@
  * since the operator API's details may quote a client's argument */
 typedef struct {
     ngx_uint_t   status;
+    ngx_uint_t   variable;     /* $idempotency_status */
     ngx_str_t    type;
     ngx_str_t    title;
     ngx_str_t    detail;
@@ -32,54 +33,63 @@ static ngx_int_t ngx_http_idempotency_problem_out(ngx_http_request_t *r,
 
 static ngx_http_idempotency_problem_t  ngx_http_idempotency_problems[] = {
 
-    { NGX_HTTP_BAD_REQUEST,
+    [NGX_HTTP_IDEMPOTENCY_P_MISSING] = {
+      NGX_HTTP_BAD_REQUEST, NGX_HTTP_IDEMPOTENCY_MISSING,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "key-missing"),
       ngx_string("Idempotency key missing"),
       ngx_string("This resource requires an idempotency key header.") },
 
-    { NGX_HTTP_BAD_REQUEST,
+    [NGX_HTTP_IDEMPOTENCY_P_INVALID] = {
+      NGX_HTTP_BAD_REQUEST, NGX_HTTP_IDEMPOTENCY_INVALID,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "key-invalid"),
       ngx_string("Idempotency key invalid"),
       ngx_string("The idempotency key header is malformed.") },
 
-    { 422,
+    [NGX_HTTP_IDEMPOTENCY_P_MISMATCH] = {
+      422, NGX_HTTP_IDEMPOTENCY_MISMATCH,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "key-reused"),
       ngx_string("Idempotency key reused"),
       ngx_string("This idempotency key was already used for a different "
                  "request (method, URI or body differ).") },
 
-    { NGX_HTTP_CONFLICT,
+    [NGX_HTTP_IDEMPOTENCY_P_CONFLICT] = {
+      NGX_HTTP_CONFLICT, NGX_HTTP_IDEMPOTENCY_CONFLICT,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "request-in-progress"),
       ngx_string("Request in progress"),
       ngx_string("A request with this idempotency key is still being "
                  "processed; retry later.") },
 
-    { 410,
+    [NGX_HTTP_IDEMPOTENCY_P_UNSTORED] = {
+      410, NGX_HTTP_IDEMPOTENCY_UNSTORED,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "response-not-stored"),
       ngx_string("Response not stored"),
       ngx_string("A request with this idempotency key was already "
                  "executed, but its response could not be stored; it is "
                  "not executed again.") },
 
-    { NGX_HTTP_SERVICE_UNAVAILABLE,
+    [NGX_HTTP_IDEMPOTENCY_P_STORE] = {
+      NGX_HTTP_SERVICE_UNAVAILABLE, NGX_HTTP_IDEMPOTENCY_ERROR,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "store-unavailable"),
       ngx_string("Idempotency store unavailable"),
       ngx_string("The idempotency key could not be checked; the request "
                  "was not executed.  Retry later.") },
 
-    { NGX_HTTP_BAD_REQUEST,
+    [NGX_HTTP_IDEMPOTENCY_P_SCOPE] = {
+      NGX_HTTP_BAD_REQUEST, NGX_HTTP_IDEMPOTENCY_NOSCOPE,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "scope-missing"),
       ngx_string("Idempotency scope missing"),
       ngx_string("The idempotency key cannot be scoped to a client for "
                  "this request (no identity); it was not executed.") },
 
-    { NGX_HTTP_BAD_REQUEST,
+    [NGX_HTTP_IDEMPOTENCY_P_NOT_ISSUED] = {
+      NGX_HTTP_BAD_REQUEST, NGX_HTTP_IDEMPOTENCY_INVALID,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "key-not-issued"),
       ngx_string("Idempotency key not issued"),
       ngx_string("This resource only accepts idempotency keys that this "
                  "server issued and that have not expired.") },
 
-    { NGX_HTTP_BAD_GATEWAY,
+    [NGX_HTTP_IDEMPOTENCY_P_UNKNOWN] = {
+      NGX_HTTP_BAD_GATEWAY, NGX_HTTP_IDEMPOTENCY_UNKNOWN,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "outcome-unknown"),
       ngx_string("Outcome unknown"),
       ngx_string("A request with this idempotency key was sent to the "
@@ -87,37 +97,46 @@ static ngx_http_idempotency_problem_t  ngx_http_idempotency_problems[] = {
                  "been executed.  It is not executed again; an operator "
                  "can tell, and release the key.") },
 
-    /* the operator API (admin.c): most details are the caller's */
+    /* the operator API (admin.c): most details are the caller's; no
+     * protected request is refused with these */
 
-    { NGX_HTTP_BAD_REQUEST,
+    [NGX_HTTP_IDEMPOTENCY_P_ADMIN_REQUEST] = {
+      NGX_HTTP_BAD_REQUEST, NGX_HTTP_IDEMPOTENCY_ERROR,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "admin-bad-request"),
       ngx_string("Bad operator request"),
       ngx_string("The request's arguments are not an operator API call.") },
 
-    { NGX_HTTP_NOT_ALLOWED,
+    [NGX_HTTP_IDEMPOTENCY_P_ADMIN_METHOD] = {
+      NGX_HTTP_NOT_ALLOWED, NGX_HTTP_IDEMPOTENCY_ERROR,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "admin-method-not-allowed"),
       ngx_string("Method not allowed"),
       ngx_string("The operator API answers GET and HEAD (inspect, list) "
                  "and POST (release, forget).") },
 
-    { NGX_HTTP_NOT_FOUND,
+    [NGX_HTTP_IDEMPOTENCY_P_NOT_FOUND] = {
+      NGX_HTTP_NOT_FOUND, NGX_HTTP_IDEMPOTENCY_ERROR,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "key-not-found"),
       ngx_string("Idempotency key not found"),
       ngx_string("The store has no row for this key: it was never "
                  "claimed, was released or forgotten, or was purged.") },
 
-    { NGX_HTTP_CONFLICT,
+    [NGX_HTTP_IDEMPOTENCY_P_CHANGED] = {
+      NGX_HTTP_CONFLICT, NGX_HTTP_IDEMPOTENCY_ERROR,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "key-changed"),
       ngx_string("Idempotency key changed"),
       ngx_string("The key's row is no longer the version given: it was "
                  "renewed, completed or taken over since.  Nothing was "
                  "changed; read it again (\"current\").") },
 
-    { NGX_HTTP_CONFLICT,
+    [NGX_HTTP_IDEMPOTENCY_P_NOT_APPLICABLE] = {
+      NGX_HTTP_CONFLICT, NGX_HTTP_IDEMPOTENCY_ERROR,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "action-not-applicable"),
       ngx_string("Action not applicable"),
       ngx_string("The action does not apply to the key's state.") }
 };
+
+NGX_HTTP_IDEMPOTENCY_TABLE_CHECK(ngx_http_idempotency_problems,
+                                 NGX_HTTP_IDEMPOTENCY_NPROBLEMS);
 
 
 ngx_int_t
@@ -135,6 +154,13 @@ ngx_http_idempotency_problem_ext(ngx_http_request_t *r,
     ngx_str_t *members)
 {
     return ngx_http_idempotency_problem_out(r, problem, detail, members, 0);
+}
+
+
+ngx_uint_t
+ngx_http_idempotency_problem_status(ngx_http_idempotency_problem_e problem)
+{
+    return ngx_http_idempotency_problems[problem].variable;
 }
 
 

@@ -33,7 +33,9 @@ typedef enum {
     NGX_HTTP_IDEMPOTENCY_P_ADMIN_METHOD,
     NGX_HTTP_IDEMPOTENCY_P_NOT_FOUND,
     NGX_HTTP_IDEMPOTENCY_P_CHANGED,
-    NGX_HTTP_IDEMPOTENCY_P_NOT_APPLICABLE
+    NGX_HTTP_IDEMPOTENCY_P_NOT_APPLICABLE,
+
+    NGX_HTTP_IDEMPOTENCY_NPROBLEMS      /* how many: no problem */
 } ngx_http_idempotency_problem_e;
 
 
@@ -53,6 +55,10 @@ ngx_int_t ngx_http_idempotency_problem(ngx_http_request_t *r,
 ngx_int_t ngx_http_idempotency_problem_ext(ngx_http_request_t *r,
     ngx_http_idempotency_problem_e problem, ngx_str_t *detail,
     ngx_str_t *members);
+
+/* the $idempotency_status of a request refused with the problem */
+ngx_uint_t ngx_http_idempotency_problem_status(
+    ngx_http_idempotency_problem_e problem);
 
 /*
  * Sends the headers out, then b (the whole body, last_buf set) or, with

@@ -85,13 +85,20 @@ static ngx_str_t *ngx_http_idempotency_metrics_label(ngx_pool_t *pool,
 static ngx_event_t  ngx_http_idempotency_metrics_ev;
 
 static const char  *ngx_http_idempotency_metrics_ops_names[] = {
-    NULL, "claim", "renew", "complete", "release", "purge", "redis_get",
-    "redis_set", "read", "takeover"
+    [NGX_HTTP_IDEMPOTENCY_OP_OTHER] = NULL,             /* not counted */
+    [NGX_HTTP_IDEMPOTENCY_OP_CLAIM] = "claim",
+    [NGX_HTTP_IDEMPOTENCY_OP_RENEW] = "renew",
+    [NGX_HTTP_IDEMPOTENCY_OP_COMPLETE] = "complete",
+    [NGX_HTTP_IDEMPOTENCY_OP_RELEASE] = "release",
+    [NGX_HTTP_IDEMPOTENCY_OP_PURGE] = "purge",
+    [NGX_HTTP_IDEMPOTENCY_OP_REDIS_GET] = "redis_get",
+    [NGX_HTTP_IDEMPOTENCY_OP_REDIS_SET] = "redis_set",
+    [NGX_HTTP_IDEMPOTENCY_OP_READ] = "read",
+    [NGX_HTTP_IDEMPOTENCY_OP_TAKEOVER] = "takeover"
 };
 
-static const char  *ngx_http_idempotency_metrics_tier_names[] = {
-    NULL, "shm", "redis", "mysql"
-};
+NGX_HTTP_IDEMPOTENCY_TABLE_CHECK(ngx_http_idempotency_metrics_ops_names,
+                                 NGX_HTTP_IDEMPOTENCY_NOPS);
 
 #define ngx_http_idempotency_tier_counter(field)                              \
     offsetof(ngx_http_idempotency_metrics_t, tiers)                           \
@@ -412,11 +419,11 @@ ngx_http_idempotency_metrics_write(ngx_http_idempotency_mout_t *mo)
     for (i = 0; i < mo->nstores; i++) {
         m = mo->stores[i]->metrics;
 
-        for (j = 1; m && j < 4; j++) {
+        for (j = 1; m && j < NGX_HTTP_IDEMPOTENCY_NTIERS; j++) {
             ngx_http_idempotency_metrics_printf(mo,
                 "nginx_idempotency_replays_total{store=\"%V\","
-                "tier=\"%s\"} %uA\n", &mo->labels[i],
-                ngx_http_idempotency_metrics_tier_names[j], m->replays[j]);
+                "tier=\"%V\"} %uA\n", &mo->labels[i],
+                &ngx_http_idempotency_tier_names[j], m->replays[j]);
         }
     }
 

@@ -22,12 +22,6 @@
 #include "ngx_http_idempotency_ctx.h"
 
 
-/* ctx->tier: where the verdict came from; $idempotency_tier */
-#define NGX_HTTP_IDEMPOTENCY_TIER_NONE    0
-#define NGX_HTTP_IDEMPOTENCY_TIER_SHM     1
-#define NGX_HTTP_IDEMPOTENCY_TIER_REDIS   2
-#define NGX_HTTP_IDEMPOTENCY_TIER_MYSQL   3
-
 /*
  * NGX_OK: the cache zone has a usable entry (ctx->entry, its memory kept
  * with ngx_http_idempotency_replay_pool()); NGX_AGAIN: Redis is being
