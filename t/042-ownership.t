@@ -44,15 +44,6 @@ sub orders {
 } . locations();
 }
 
-sub admin {
-    my ($method, $args) = @_;
-
-    my $r = http_req(method => $method, uri => "/admin?$args");
-    $r->{json} = eval { JSON::PP::decode_json($r->{body}) };
-
-    return $r;
-}
-
 sub order {
     my ($key, $uri) = @_;
 
@@ -93,13 +84,6 @@ sub first_request {
 
 sub count { IdemStress::backend_count($_[0]) }
 
-sub error_log {
-    local $/;
-    open my $fh, '<', server_root() . '/logs/error.log'
-        or die "error.log: $!";
-    return <$fh>;
-}
-
 # state, whether its lease has ended, epoch, whether past retention
 sub row {
     my ($key) = @_;
@@ -127,12 +111,6 @@ sub release {
     }, 0.1);
 
     return $x;
-}
-
-sub wait_log {
-    my ($what, $re) = @_;
-
-    IdemStress::wait_for($what, 20, sub { main::error_log() =~ $re }, 0.1);
 }
 
 sub lease_lost {
@@ -164,7 +142,7 @@ my $x = main::release($key);
 is_deeply($x->{json}, { key_hash => $kh, action => 'released',
                         was => 'in_progress' }, 'released');
 # the owner's next renewal lands on the released row
-main::wait_log('the owner renews after the release', main::lease_lost($key));
+wait_log(main::lease_lost($key));
 is(main::row($key), '4 1 1 0',
    'the renewal changed nothing: released, no lease, epoch 1, retention kept');
 my $j = main::admin('GET', "key=$key")->{json};
@@ -177,7 +155,7 @@ my $r = main::order($key);
 is("$r->{status} $r->{idem} $r->{execution} $r->{epoch}", '201 new 2 2',
    'a retry while the old owner still runs: a new operation, epoch 2');
 is($first->(), '201 new 1', 'the first client gets its own answer');
-main::wait_log("the old owner's completion", main::not_stored($key));
+wait_log(main::not_stored($key));
 wait_state($key, 1);
 is(main::row($key), '1 1 2 0', 'the row is the new operation\'s answer');
 $r = main::order($key);
@@ -191,8 +169,6 @@ GET /count?key=t042-1
 [error]
 --- timeout: 30
 
-
-
 === TEST 2: released under its owner, which completes afterwards: no tier replays the old owner's answer, the retry runs anew with the next epoch
 --- http_config eval
 TierTest::tier_stores(main => 'cache=t042:1m query_timeout=1s')
@@ -204,7 +180,7 @@ my $first = main::first_request($key, '/orders?delay=2500');
 IdemStress::wait_for("$key upstream", 10, sub { main::count($key) == 1 });
 main::release($key);
 is($first->(), '201 new 1', 'the first client gets its own answer');
-main::wait_log("the old owner's completion", main::not_stored($key));
+wait_log(main::not_stored($key));
 is(main::row($key), '4 1 1 0', 'the completion changed nothing');
 my $r = main::order($key);
 is("$r->{status} $r->{idem} $r->{tier} $r->{execution} $r->{epoch}",
@@ -219,8 +195,6 @@ GET /count?key=t042-2
 --- no_error_log
 [error]
 --- timeout: 30
-
-
 
 === TEST 3: the module's own release and a renewal that lands after it: the renewal changes nothing, the retry runs at once
 --- http_config eval
@@ -273,8 +247,6 @@ GET /count?key=t042-3
 2
 --- timeout: 40
 
-
-
 === TEST 4: the purge leaves a released row, and its epoch, until the key's retention ends; the next claim is epoch 2, not 1
 --- http_config eval
 IdemTest::store_config(query_timeout => '1s', purge => '1s')
@@ -317,8 +289,6 @@ GET /count?key=t042-4
 --- no_error_log
 [error]
 --- timeout: 40
-
-
 
 === TEST 5: a request that outlives idempotency_ttl: its answer is kept, and the retry replays it
 --- http_config eval

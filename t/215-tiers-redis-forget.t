@@ -50,26 +50,12 @@ sub locations {
 };
 }
 
-sub admin {
-    my ($method, $args) = @_;
-    my $r = http_req(method => $method, uri => "/admin?$args");
-    $r->{json} = eval { JSON::PP::decode_json($r->{body}) };
-    return $r;
-}
-
 sub order {
     my ($key, %a) = @_;
     return http_req(key => $key, body => 'x', %a);
 }
 
 sub count { IdemStress::backend_count($_[0]) }
-
-sub error_log {
-    local $/;
-    open my $fh, '<', server_root() . '/logs/error.log'
-        or die "error.log: $!";
-    return <$fh>;
-}
 
 # waits for the entry of $rk in Redis, and returns it
 sub redis_entry {
@@ -128,8 +114,6 @@ X-Idem: replay
 X-Tier: shm
 --- response_body_like: "execution":2,
 
-
-
 === TEST 2: an entry copied under another store's key (same secret, same Redis, another table) does not verify there
 --- init
 my $key = 't215-2';
@@ -154,8 +138,6 @@ main::locations() . q{
 }
 --- response_body chomp
 2
-
-
 
 === TEST 3: an entry of the previous format (no epoch, a tag over the key hash and the entry), signed with the secret: a miss, without a warning
 --- init

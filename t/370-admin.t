@@ -56,16 +56,6 @@ sub store {
     return store_config(table => $T, purge => 'off', @_);
 }
 
-# an operator call: the response, with its JSON decoded
-sub admin {
-    my ($method, $args, %a) = @_;
-
-    my $r = http_req(method => $method, uri => "/admin?$args", %a);
-    $r->{json} = eval { JSON::PP::decode_json($r->{body}) };
-
-    return $r;
-}
-
 # a protected request, with headers
 sub order {
     my ($key, %a) = @_;
@@ -73,13 +63,6 @@ sub order {
 }
 
 sub count { IdemStress::backend_count($_[0]) }
-
-sub error_log {
-    local $/;
-    open my $fh, '<', server_root() . '/logs/error.log'
-        or die "error.log: $!";
-    return <$fh>;
-}
 
 sub metric {
     my ($action) = @_;
@@ -229,8 +212,6 @@ GET /count?key=t370-1
 --- no_error_log
 [error]
 
-
-
 === TEST 2: completed, not stored, scoped, past retention; the key spelled as the header spells it; HEAD
 --- http_config eval
 main::store()
@@ -286,8 +267,6 @@ Cache-Control: no-store
 --- no_error_log
 [error]
 
-
-
 === TEST 3: an unknown outcome: released on its version, the retry runs once more; the notice line; the counter
 --- http_config eval
 main::store()
@@ -341,8 +320,6 @@ GET /count?key=t370-3
 --- response_body chomp
 2
 
-
-
 === TEST 4: stuck in progress, whether its lease runs or not: released, the retry runs
 --- http_config eval
 main::store()
@@ -376,8 +353,6 @@ like(main::error_log(), qr/key \Q${\ substr(key_hash_hex('t370-4b'), 0, 8)}\E re
 GET /count?key=t370-4a
 --- response_body chomp
 1
-
-
 
 === TEST 5: listings: oldest first, bounded, truncated; never the purge lease; HEAD
 --- http_config eval
@@ -432,8 +407,6 @@ Content-Type: application/json
 --- response_body_like: ^\{"keys":\[\{"key_hash":"[0-9a-f]{64}","state":"in_progress",.*\}\],"limit":1,"truncated":true\}$
 --- no_error_log
 [error]
-
-
 
 === TEST 6: forget a completed key: the cache zone and Redis let go of it, the retry runs again
 --- http_config eval
@@ -493,8 +466,6 @@ GET /count?key=t370-6
 --- no_error_log
 [error]
 
-
-
 === TEST 7: forget while Redis is down: the answer and a warning say the DEL was not sent
 --- http_config eval
 TierTest::tier_stores(main => "redis=127.0.0.1:$main::DOWN table=$main::T purge=off")
@@ -510,8 +481,6 @@ like(main::error_log(), qr/\[warn\] .*idempotency store "main" redis=127\.0\.0\.
 GET /count?key=t370-7
 --- response_body chomp
 1
-
-
 
 === TEST 8: two shards: a key's row on its shard, listings merged, a release on the second shard
 --- http_config eval
@@ -562,8 +531,6 @@ GET /admin?list=unknown&limit=3
 --- response_body_like: ^\{"keys":\[\{"key_hash":"[0-9a-f]{64}","state":"unknown",[^\]]*\},\{[^\]]*"state":"unknown",[^\]]*\},\{[^\]]*"state":"unknown",[^\]]*\}\],"limit":3,"truncated":false\}$
 --- no_error_log
 [error]
-
-
 
 === TEST 9: bad input: 400 with what is wrong; 404; 405
 --- http_config eval
@@ -651,8 +618,6 @@ Content-Type: application/problem+json
 --- no_error_log
 [error]
 
-
-
 === TEST 10: the store fails: 503 and an error line
 --- http_config
     idempotency_store main mysql=127.0.0.1:1 user=$TEST_NGINX_MYSQL_USER password=$TEST_NGINX_MYSQL_PASSWORD database=$TEST_NGINX_MYSQL_DB purge=off;
@@ -676,8 +641,6 @@ GET /admin?key=a
 --- error_code: 503
 --- error_log eval
 qr/\[error\] .*admin show failed/
-
-
 
 === TEST 11: clients that leave while the store answers: a read is let go, a change is still made and logged
 --- http_config eval
@@ -717,8 +680,6 @@ GET /admin?list=unknown
 --- no_error_log
 [error]
 
-
-
 === TEST 12: an if block inside the location answers as the location does
 --- http_config eval
 main::store()
@@ -739,8 +700,6 @@ X-If: yes
 Content-Type: application/json
 --- response_body
 {"keys":[],"limit":100,"truncated":false}
-
-
 
 === TEST 13: a change past query_timeout is ended on the server (KILL QUERY): a release that waited for a row lock is not made behind the operator's back
 --- http_config eval
@@ -776,8 +735,6 @@ GET /admin?key=t370-13
 --- response_body_like: ^\{"key_hash":"[0-9a-f]{64}","state":"unknown",.*"expired":false,
 --- error_log eval
 qr/\[error\] .*mysql=127\.0\.0\.1:\d+: admin release failed: timed out \(client 127\.0\.0\.1\)/
-
-
 
 === TEST 14: a listing on a table of many rows reads only the rows of its state, in the index's order: no scan, no sort
 --- http_config eval

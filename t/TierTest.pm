@@ -16,6 +16,7 @@ use Exporter ();
 our @ISA = ('Exporter');
 
 use Digest::SHA ();
+use JSON::PP ();
 use File::Temp ();
 use IO::Select;
 use IO::Socket::INET;
@@ -26,7 +27,8 @@ use IdemTest ();
 
 our @EXPORT = qw(http_req strip_volatile redis_cmd redis_key free_port
                  start_redis stop_redis redis_signal tier_stores
-                 wait_for_tier wait_redis wait_log reload_nginx);
+                 wait_for_tier wait_redis wait_log reload_nginx
+                 admin error_log);
 
 # The real Test::Nginx evaluates "--- init" code in package
 # Test::Nginx::Util, our runner in main: make the helpers callable there
@@ -300,18 +302,34 @@ sub wait_redis {
     });
 }
 
-# waits (10 s at most) until a line of the error log matches $re
-sub wait_log {
-    my ($re) = @_;
-
+# the whole error log of the current block's nginx
+sub error_log {
     no warnings 'once';
     my $log = $Test::Nginx::Util::ErrLogFile
               // $Test::Nginx::Socket::ErrLogFile;
 
-    IdemStress::wait_for("an error-log line like $re", 10, sub {
-        open my $fh, '<', $log or die "$log: $!";
-        return scalar grep { /$re/ } <$fh>;
-    });
+    local $/;
+    open my $fh, '<', $log or die "$log: $!";
+    return <$fh>;
+}
+
+# waits (10 s at most) until a line of the error log matches $re
+sub wait_log {
+    my ($re) = @_;
+
+    IdemStress::wait_for("an error-log line like $re", 10,
+                         sub { error_log() =~ $re });
+}
+
+# a call of the operator API (idempotency_admin at /admin), its JSON
+# answer decoded into {json}
+sub admin {
+    my ($method, $args, %a) = @_;
+
+    my $r = http_req(method => $method, uri => "/admin?$args", %a);
+    $r->{json} = eval { JSON::PP::decode_json($r->{body}) };
+
+    return $r;
 }
 
 # the pids of the processes whose parent is $ppid
