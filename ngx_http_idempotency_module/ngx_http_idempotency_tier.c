@@ -38,6 +38,8 @@ static ngx_int_t ngx_http_idempotency_tier_shm(
     ngx_http_idempotency_ctx_t *ctx, ngx_uint_t count);
 static void ngx_http_idempotency_tier_redis_done(
     ngx_http_idempotency_redis_op_t *op);
+static time_t ngx_http_idempotency_tier_redis_expires(
+    ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_redis_op_t *op);
 static ngx_int_t ngx_http_idempotency_tier_redis_entry(
     ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_redis_op_t *op);
 static void ngx_http_idempotency_tier_reject(ngx_http_idempotency_ctx_t *ctx,
@@ -229,12 +231,49 @@ ngx_http_idempotency_tier_redis_done(ngx_http_idempotency_redis_op_t *op)
 }
 
 
+/*
+ * The end of retention by Redis' own clock (PTTL), which the writer's
+ * clock cannot skew; the entry's own expiry only ever shortens it.  0: not
+ * to be replayed.
+ */
+
+static time_t
+ngx_http_idempotency_tier_redis_expires(ngx_http_idempotency_ctx_t *ctx,
+    ngx_http_idempotency_redis_op_t *op)
+{
+    time_t  now, expires;
+
+    now = ngx_time();
+    expires = ctx->entry.expires;
+
+    if (op->pttl == -2) {
+        /* expired between the GET and the PTTL */
+        return 0;
+    }
+
+    if (op->pttl == -1) {
+        /* the module writes every entry with an expiry: one without
+         * (SET without EX, PERSIST) was not written by it as it is */
+
+        ngx_http_idempotency_tier_reject(ctx, "without expiry",
+                                         op->value.len);
+        return 0;
+    }
+
+    if (op->pttl >= 0) {
+        expires = ngx_min(expires, now + (time_t) (op->pttl / 1000));
+    }
+
+    return (expires > now) ? expires : 0;
+}
+
+
 static ngx_int_t
 ngx_http_idempotency_tier_redis_entry(ngx_http_idempotency_ctx_t *ctx,
     ngx_http_idempotency_redis_op_t *op)
 {
     size_t                         len;
-    time_t                         now, expires;
+    time_t                         expires;
     ngx_int_t                      rc;
     const char                    *why;
     ngx_http_idempotency_store_t  *store;
@@ -298,33 +337,9 @@ ngx_http_idempotency_tier_redis_entry(ngx_http_idempotency_ctx_t *ctx,
         return NGX_DECLINED;
     }
 
-    /*
-     * The end of retention by Redis' own clock (PTTL), which the writer's
-     * clock cannot skew; the entry's own expiry only ever shortens it.
-     */
+    expires = ngx_http_idempotency_tier_redis_expires(ctx, op);
 
-    now = ngx_time();
-    expires = ctx->entry.expires;
-
-    if (op->pttl == -2) {
-        /* expired between the GET and the PTTL */
-        return NGX_DECLINED;
-    }
-
-    if (op->pttl == -1) {
-        /* the module writes every entry with an expiry: one without
-         * (SET without EX, PERSIST) was not written by it as it is */
-
-        ngx_http_idempotency_tier_reject(ctx, "without expiry",
-                                         op->value.len);
-        return NGX_DECLINED;
-    }
-
-    if (op->pttl >= 0) {
-        expires = ngx_min(expires, now + (time_t) (op->pttl / 1000));
-    }
-
-    if (expires <= now) {
+    if (expires == 0) {
         return NGX_DECLINED;
     }
 
