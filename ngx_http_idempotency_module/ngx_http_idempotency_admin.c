@@ -1045,8 +1045,8 @@ ngx_http_idempotency_admin_kill(ngx_http_idempotency_op_t *op)
         return;
     }
 
-    kill = ngx_http_idempotency_sql_kill_query(op->shard, ngx_cycle->log,
-                                               op->thread);
+    kill = ngx_http_idempotency_sql_kill(op->shard, ngx_cycle->log,
+                                         op->thread, 1);
     if (kill == NULL) {
         return;
     }

@@ -167,7 +167,7 @@ ngx_http_idempotency_giveback_run(ngx_event_t *ev)
 
     case NGX_HTTP_IDEMPOTENCY_GIVEBACK_KILL:
         op = ngx_http_idempotency_sql_kill(g->shard, ngx_cycle->log,
-                                           g->thread);
+                                           g->thread, 0);
         break;
 
     case NGX_HTTP_IDEMPOTENCY_GIVEBACK_CHECK:

@@ -542,47 +542,27 @@ ngx_http_idempotency_sql_release(ngx_http_idempotency_shard_t *shard,
  * The server's connection thread that ran a statement whose outcome is
  * unknown: KILL ends it (a statement still waiting, for a lock or on a
  * lost client, is rolled back), and PROCESSLIST says once it is gone; a
- * user may do both to its own threads.
+ * user may do both to its own threads.  With query, the statement of a
+ * thread that runs one given up on (an operator's read or change past
+ * query_timeout): KILL QUERY ends it, and the thread then finds its
+ * client gone.
  */
 
 ngx_http_idempotency_op_t *
 ngx_http_idempotency_sql_kill(ngx_http_idempotency_shard_t *shard,
-    ngx_log_t *log, ngx_uint_t thread)
+    ngx_log_t *log, ngx_uint_t thread, ngx_uint_t query)
 {
     ngx_http_idempotency_op_t  *op;
 
-    op = ngx_http_idempotency_sql_text(shard, log, "kill",
+    op = ngx_http_idempotency_sql_text(shard, log,
+                                       query ? "kill query" : "kill",
                                        NGX_HTTP_IDEMPOTENCY_OP_OTHER);
     if (op == NULL) {
         return NULL;
     }
 
-    op->sql.len = ngx_sprintf(op->sql.data, "KILL %ui", thread)
-                  - op->sql.data;
-
-    return op;
-}
-
-
-/*
- * The server's thread that still runs a statement given up on (an
- * operator's read or change past query_timeout): KILL QUERY ends the
- * statement, and the thread then finds its client gone.
- */
-
-ngx_http_idempotency_op_t *
-ngx_http_idempotency_sql_kill_query(ngx_http_idempotency_shard_t *shard,
-    ngx_log_t *log, ngx_uint_t thread)
-{
-    ngx_http_idempotency_op_t  *op;
-
-    op = ngx_http_idempotency_sql_text(shard, log, "kill query",
-                                       NGX_HTTP_IDEMPOTENCY_OP_OTHER);
-    if (op == NULL) {
-        return NULL;
-    }
-
-    op->sql.len = ngx_sprintf(op->sql.data, "KILL QUERY %ui", thread)
+    op->sql.len = ngx_sprintf(op->sql.data, "KILL %s%ui",
+                              query ? "QUERY " : "", thread)
                   - op->sql.data;
 
     return op;

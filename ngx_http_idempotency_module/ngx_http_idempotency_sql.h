@@ -110,9 +110,8 @@ ngx_http_idempotency_op_t *ngx_http_idempotency_sql_complete(
  * PROCESSLIST rows (0: gone)
  */
 ngx_http_idempotency_op_t *ngx_http_idempotency_sql_kill(
-    ngx_http_idempotency_shard_t *shard, ngx_log_t *log, ngx_uint_t thread);
-ngx_http_idempotency_op_t *ngx_http_idempotency_sql_kill_query(
-    ngx_http_idempotency_shard_t *shard, ngx_log_t *log, ngx_uint_t thread);
+    ngx_http_idempotency_shard_t *shard, ngx_log_t *log, ngx_uint_t thread,
+    ngx_uint_t query);
 ngx_http_idempotency_op_t *ngx_http_idempotency_sql_running(
     ngx_http_idempotency_shard_t *shard, ngx_log_t *log, ngx_uint_t thread);
 
