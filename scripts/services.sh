@@ -66,13 +66,11 @@
 # ...)": the server's own pid (a caller may SIGSTOP, SIGCONT or SIGKILL
 # it).  stop takes SIGCONT first, so a frozen server stops too.
 #
-#   scripts/services.sh backend start|restart PORT PIDFILE LOGFILE [FCGI_PORT]
+#   scripts/services.sh backend start|restart PORT PIDFILE LOGFILE
 #   scripts/services.sh backend stop|status PIDFILE [-q]
 #
-# The demo/test backend (backend/app.py) in the background; FCGI_PORT
-# (optional, may be empty): also FastCGI on 127.0.0.1:FCGI_PORT.  start
-# reuses a running one (if it serves that FastCGI port), restart always
-# starts a fresh one.
+# The demo/test backend (backend/app.py) in the background.  start reuses
+# a running one, restart always starts a fresh one.
 #
 # The system instances (/var/lib/mysql, /etc/mysql, ports 3306/6379) are
 # never used: every client and server call passes --no-defaults and
@@ -841,26 +839,6 @@ backend_answers() {
     curl -fsS --max-time 2 -o /dev/null "http://127.0.0.1:$1/__count" 2>/dev/null
 }
 
-# FastCGI on port $1 answers an FCGI_GET_VALUES with FCGI_GET_VALUES_RESULT
-fcgi_answers() {
-    "$PYTHON" - "$1" 2>/dev/null <<'EOF'
-import socket, sys
-s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2)
-s.sendall(b"\x01\x09\x00\x00\x00\x11\x00\x00\x0f\x00FCGI_MPXS_CONNS")
-header = s.makefile("rb").read(8)
-sys.exit(0 if header[:2] == b"\x01\x0a" else 1)
-EOF
-}
-
-# pid $1 was started with --fcgi-port $2
-has_fcgi() {
-    tr '\0' ' ' < "/proc/$1/cmdline" 2>/dev/null | grep -q -- "--fcgi-port $2 "
-}
-
-backend_ready() {
-    backend_answers "$1" && { [ -z "$2" ] || fcgi_answers "$2"; }
-}
-
 backend_stop() {
     local pidfile=$1 quiet=${2:-} pid i
     if pid=$(backend_pid "$pidfile"); then
@@ -878,17 +856,11 @@ backend_stop() {
 }
 
 backend_start() {
-    local port=$1 pidfile=$2 logfile=$3 fport=${4:-} pid i
-    local fargs=() where="127.0.0.1:$1"
+    local port=$1 pidfile=$2 logfile=$3 pid i
+    local where="127.0.0.1:$1"
     [ -n "$port" ] && [ -n "$pidfile" ] && [ -n "$logfile" ] \
-        || die "usage: $0 backend start PORT PIDFILE LOGFILE [FCGI_PORT]"
-    if [ -n "$fport" ]; then
-        fargs=(--fcgi-port "$fport")
-        where="$where, FastCGI 127.0.0.1:$fport"
-    fi
-    if pid=$(backend_pid "$pidfile") \
-            && { [ -z "$fport" ] || has_fcgi "$pid" "$fport"; } \
-            && backend_ready "$port" "$fport"; then
+        || die "usage: $0 backend start PORT PIDFILE LOGFILE"
+    if pid=$(backend_pid "$pidfile") && backend_answers "$port"; then
         echo "backend: running (pid $pid, $where)"
         return 0
     fi
@@ -896,7 +868,7 @@ backend_start() {
     command -v "$PYTHON" >/dev/null 2>&1 || die "$PYTHON not found (scripts/deps.sh)"
     mkdir -p "$(dirname "$pidfile")" "$(dirname "$logfile")"
 
-    setsid "$PYTHON" "$APP" --host 127.0.0.1 --port "$port" ${fargs[@]+"${fargs[@]}"} \
+    setsid "$PYTHON" "$APP" --host 127.0.0.1 --port "$port" \
         --pidfile "$pidfile" --log "$logfile" \
         </dev/null >>"$logfile" 2>&1 9>&- &
     local spid=$!
@@ -904,22 +876,20 @@ backend_start() {
     for ((i = 0; i < 100; i++)); do
         if ! alive "$spid"; then
             tail -n 15 "$logfile" >&2
-            die "backend exited at startup (port $port${fport:+ or $fport} busy?)"
+            die "backend exited at startup (port $port busy?)"
         fi
-        [ -s "$pidfile" ] && backend_ready "$port" "$fport" && break
+        [ -s "$pidfile" ] && backend_answers "$port" && break
         sleep 0.1
     done
     backend_answers "$port" || { tail -n 15 "$logfile" >&2; die "backend: no answer on port $port"; }
-    [ -z "$fport" ] || fcgi_answers "$fport" \
-        || { tail -n 15 "$logfile" >&2; die "backend: no FastCGI answer on port $fport"; }
     echo "backend: started (pid $spid, $where, log $logfile)"
 }
 
 backend_cmd() {
     case ${1:-} in
-        start)   backend_start "${2:-}" "${3:-}" "${4:-}" "${5:-}" ;;
+        start)   backend_start "${2:-}" "${3:-}" "${4:-}" ;;
         restart) backend_stop "${3:?pidfile}" -q
-                 backend_start "${2:-}" "${3:-}" "${4:-}" "${5:-}" ;;
+                 backend_start "${2:-}" "${3:-}" "${4:-}" ;;
         stop)    backend_stop "${2:?pidfile}" "${3:-}" ;;
         status)
             local pid
@@ -928,7 +898,7 @@ backend_cmd() {
             else
                 echo "backend: stopped"; return 1
             fi ;;
-        *) echo "usage: $0 backend start|restart PORT PIDFILE LOGFILE [FCGI_PORT] | stop|status PIDFILE [-q]" >&2
+        *) echo "usage: $0 backend start|restart PORT PIDFILE LOGFILE | stop|status PIDFILE [-q]" >&2
            exit 2 ;;
     esac
 }
@@ -971,7 +941,7 @@ usage: $0 start|stop|restart|status|reset|env
        $0 mysql start|stop|status|provision|reset DIR [OPTION...] [-- MARIADBD-OPTION...]
        $0 redis start|stop|status|reset DIR [OPTION...] [-- REDIS-SERVER-OPTION...]
        $0 php-fpm|uwsgi start|stop|status|reset
-       $0 backend start|restart PORT PIDFILE LOGFILE [FCGI_PORT] | stop|status PIDFILE [-q]
+       $0 backend start|restart PORT PIDFILE LOGFILE | stop|status PIDFILE [-q]
 EOF
     exit 2
 }
