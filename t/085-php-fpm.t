@@ -32,45 +32,7 @@ my $ngx = app_nginx('php-fpm', $P,
 
 sub fresh { return "$tag-" . shift() . '-' . ++$n }
 
-{
-    my $name = 'a binary body and two cookies';
-    my $key = fresh('binary');
-    my $uri = '/orders?binary=1&cookies=2';
-    my $first = post($P, $uri, $key);
-
-    is($first->{status}, 201, "$name: the first answer");
-    is_deeply($first->{headers}{'set-cookie'},
-              ['c1=v1; Path=/', 'c2=v2; Path=/'], "$name: ... its cookies");
-    is(length $first->{body}, 576, "$name: ... its 576 bytes");
-    check_replay($name, $P, $uri, $key, $first);
-}
-
-{
-    my $name = 'a 300 KB body PHP flushes in two parts';
-    my $key = fresh('large');
-    my $uri = '/orders?size=300000&slow_body=300';
-    my $first = post($P, $uri, $key);
-
-    ok($first->{status} == 201 && $first->{body} eq pattern(300000),
-       "$name: the first answer");
-    check_replay($name, $P, $uri, $key, $first);
-}
-
-{
-    my $name = 'ten concurrent duplicates';
-    my $key = fresh('race');
-    my $uri = '/orders?delay=1000';
-    my @r = http_many([ map { post($P, $uri, $key, spec => 1) } 1 .. 10 ],
-                      timeout => 30);
-
-    is(scalar(grep { ($_->{status} // 0) == 201 } @r), 10,
-       "$name: all get 201 (the nine wait for the first)");
-    is(scalar(grep { ($_->{body} // '') eq ($r[0]{body} // '-') } @r), 10,
-       "$name: ... with the same body");
-    is(scalar(grep { IdemStress::hdr($_, 'Idempotent-Replayed') } @r), 9,
-       "$name: ... nine as replays");
-    is(app_count($P, $key), 1, "$name: executed once");
-}
+check_answers($P, \&fresh);
 
 {
     my $name = 'fastcgi_read_timeout';
@@ -93,27 +55,11 @@ sub fresh { return "$tag-" . shift() . '-' . ++$n }
          "$name: PHP-FPM ended it");
 }
 
-{
-    my $name = 'request_terminate_timeout mid-body';
-    my $key = fresh('term-body');
-    my $uri = '/term/orders?size=100000&slow_body=6000';
-    my $first = post($P, $uri, $key);
+check_cut('request_terminate_timeout mid-body', $P,
+          '/term/orders?size=100000&slow_body=6000', fresh('term-body'));
 
-    ok(length($first->{body} // '') < 100000,
-       "$name: the first client had part of the body at most");
-    check_unknown($name, $P, $uri, $key);
-}
-
-{
-    my $name = 'a PHP-FPM worker killed mid-body';
-    my $key = fresh('kill');
-    my $uri = '/orders?size=100000&kill=1';
-    my $first = post($P, $uri, $key);
-
-    ok(length($first->{body} // '') < 100000,
-       "$name: the first client had part of the body at most");
-    check_unknown($name, $P, $uri, $key);
-}
+check_cut('a PHP-FPM worker killed mid-body', $P,
+          '/orders?size=100000&kill=1', fresh('kill'));
 
 is_deeply([ $ngx->crashes ], [], 'no worker crashed');
 unlike($ngx->error_log, qr/\[(alert|crit|emerg)\]/, 'no alert in error.log');

@@ -31,45 +31,7 @@ my $ngx = app_nginx('uwsgi', $P,
 
 sub fresh { return "$tag-" . shift() . '-' . ++$n }
 
-{
-    my $name = 'a binary body and two cookies';
-    my $key = fresh('binary');
-    my $uri = '/orders?binary=1&cookies=2';
-    my $first = post($P, $uri, $key);
-
-    is($first->{status}, 201, "$name: the first answer");
-    is_deeply($first->{headers}{'set-cookie'},
-              ['c1=v1; Path=/', 'c2=v2; Path=/'], "$name: ... its cookies");
-    is(length $first->{body}, 576, "$name: ... its 576 bytes");
-    check_replay($name, $P, $uri, $key, $first);
-}
-
-{
-    my $name = 'a 300 KB body in two parts';
-    my $key = fresh('large');
-    my $uri = '/orders?size=300000&slow_body=300';
-    my $first = post($P, $uri, $key);
-
-    ok($first->{status} == 201 && $first->{body} eq pattern(300000),
-       "$name: the first answer");
-    check_replay($name, $P, $uri, $key, $first);
-}
-
-{
-    my $name = 'ten concurrent duplicates';
-    my $key = fresh('race');
-    my $uri = '/orders?delay=1000';
-    my @r = http_many([ map { post($P, $uri, $key, spec => 1) } 1 .. 10 ],
-                      timeout => 30);
-
-    is(scalar(grep { ($_->{status} // 0) == 201 } @r), 10,
-       "$name: all get 201 (the nine wait for the first)");
-    is(scalar(grep { ($_->{body} // '') eq ($r[0]{body} // '-') } @r), 10,
-       "$name: ... with the same body");
-    is(scalar(grep { IdemStress::hdr($_, 'Idempotent-Replayed') } @r), 9,
-       "$name: ... nine as replays");
-    is(app_count($P, $key), 1, "$name: executed once");
-}
+check_answers($P, \&fresh);
 
 {
     my $name = 'uwsgi_read_timeout';
@@ -91,27 +53,11 @@ sub fresh { return "$tag-" . shift() . '-' . ++$n }
          qr/HARAKIRI ON WORKER/, "$name: uWSGI's master killed the worker");
 }
 
-{
-    my $name = 'harakiri mid-body, with a Content-Length';
-    my $key = fresh('harakiri-body');
-    my $uri = '/orders?harakiri=1&size=100000&slow_body=6000&length=1';
-    my $first = post($P, $uri, $key);
+check_cut('harakiri mid-body, with a Content-Length', $P,
+          '/orders?harakiri=1&size=100000&slow_body=6000&length=1', fresh('harakiri-body'));
 
-    ok(length($first->{body} // '') < 100000,
-       "$name: the first client had part of the body at most");
-    check_unknown($name, $P, $uri, $key);
-}
-
-{
-    my $name = 'a uWSGI worker killed mid-body, with a Content-Length';
-    my $key = fresh('kill');
-    my $uri = '/orders?size=100000&kill=1&length=1';
-    my $first = post($P, $uri, $key);
-
-    ok(length($first->{body} // '') < 100000,
-       "$name: the first client had part of the body at most");
-    check_unknown($name, $P, $uri, $key);
-}
+check_cut('a uWSGI worker killed mid-body, with a Content-Length', $P,
+          '/orders?size=100000&kill=1&length=1', fresh('kill'));
 
 {
     # what nginx makes of it: the response ended with the connection, as

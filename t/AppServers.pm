@@ -14,7 +14,7 @@ use warnings;
 use Exporter ();
 our @ISA = ('Exporter');
 our @EXPORT = qw(app_nginx app_count app_retry check_replay check_unknown
-                 pattern);
+                 check_answers check_cut pattern);
 
 use Test::More;
 use Time::HiRes qw(sleep);
@@ -131,6 +131,58 @@ sub check_unknown {
            "$name: ... not a replay");
     }
     is(app_count($port, $key), 1, "$name: executed once");
+}
+
+# what every server must do: replay a binary body with two cookies and a
+# 300 KB body in two parts byte for byte, and run ten concurrent
+# duplicates once; $fresh->(NAME) makes a new key
+sub check_answers {
+    my ($port, $fresh) = @_;
+
+    my $name = 'a binary body and two cookies';
+    my $key = $fresh->('binary');
+    my $uri = '/orders?binary=1&cookies=2';
+    my $first = post($port, $uri, $key);
+
+    is($first->{status}, 201, "$name: the first answer");
+    is_deeply($first->{headers}{'set-cookie'},
+              ['c1=v1; Path=/', 'c2=v2; Path=/'], "$name: ... its cookies");
+    is(length $first->{body}, 576, "$name: ... its 576 bytes");
+    check_replay($name, $port, $uri, $key, $first);
+
+    $name = 'a 300 KB body in two parts';
+    $key = $fresh->('large');
+    $uri = '/orders?size=300000&slow_body=300';
+    $first = post($port, $uri, $key);
+
+    ok($first->{status} == 201 && $first->{body} eq pattern(300000),
+       "$name: the first answer");
+    check_replay($name, $port, $uri, $key, $first);
+
+    $name = 'ten concurrent duplicates';
+    $key = $fresh->('race');
+    $uri = '/orders?delay=1000';
+    my @r = http_many([ map { post($port, $uri, $key, spec => 1) } 1 .. 10 ],
+                      timeout => 30);
+
+    is(scalar(grep { ($_->{status} // 0) == 201 } @r), 10,
+       "$name: all get 201 (the nine wait for the first)");
+    is(scalar(grep { ($_->{body} // '') eq ($r[0]{body} // '-') } @r), 10,
+       "$name: ... with the same body");
+    is(scalar(grep { IdemStress::hdr($_, 'Idempotent-Replayed') } @r), 9,
+       "$name: ... nine as replays");
+    is(app_count($port, $key), 1, "$name: executed once");
+}
+
+# a request whose answer is cut mid-body: its client had part of the body
+# at most, and it is of unknown outcome
+sub check_cut {
+    my ($name, $port, $uri, $key) = @_;
+    my $first = post($port, $uri, $key);
+
+    ok(length($first->{body} // '') < 100000,
+       "$name: the first client had part of the body at most");
+    check_unknown($name, $port, $uri, $key);
 }
 
 1;
