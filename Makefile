@@ -46,7 +46,9 @@ REDIS_PORT        ?= 6380
 DEMO_PORT         ?= 8080
 BACKEND_PORT      ?= 8081
 TEST_BACKEND_PORT ?= 8091
-TEST_FCGI_PORT    ?= 8092
+# the suite's PHP-FPM and uWSGI (scripts/services.sh php-fpm, uwsgi)
+PHPFPM_PORT       ?= 8094
+UWSGI_PORT        ?= 8095
 # Test::Nginx's port; the tests' other nginx ports follow it (IdemStress)
 TEST_NGINX_PORT   ?= 1984
 TEST_FILES        ?= t/
@@ -55,6 +57,8 @@ PROVE_FLAGS       ?=
 export IDEM_MYSQL_PORT := $(MYSQL_PORT)
 export IDEM_MYSQL2_PORT := $(MYSQL2_PORT)
 export IDEM_REDIS_PORT := $(REDIS_PORT)
+export IDEM_PHPFPM_PORT := $(PHPFPM_PORT)
+export IDEM_UWSGI_PORT := $(UWSGI_PORT)
 export NGINX_BIN
 
 ifeq ($(strip $(NGINX_SRC)),)
@@ -155,7 +159,7 @@ FORCE:
 deps:  ## install the Debian packages that are missing
 	@scripts/deps.sh
 
-services:  ## start the private MariaDB instances and Redis
+services:  ## start the private MariaDB instances, Redis, PHP-FPM and uWSGI
 	@scripts/services.sh start
 
 services-stop:  ## stop them
@@ -210,7 +214,9 @@ TEST_ENV = \
     TEST_NGINX_REDIS_PORT=$(REDIS_PORT) \
     TEST_NGINX_REDIS_SOCKET=$(BUILD)/services/redis.sock \
     TEST_NGINX_BACKEND_PORT=$(TEST_BACKEND_PORT) \
-    TEST_NGINX_FCGI_PORT=$(TEST_FCGI_PORT) \
+    TEST_NGINX_PHPFPM_PORT=$(PHPFPM_PORT) \
+    TEST_NGINX_PHPFPM_TERM_SOCKET=$(BUILD)/services/php-fpm-term.sock \
+    TEST_NGINX_UWSGI_PORT=$(UWSGI_PORT) \
     PROVE_FLAGS='$(PROVE_FLAGS)'
 
 test: deps build services  ## the whole suite (TEST_FILES=, PROVE_FLAGS=), with a short fuzz run first
@@ -234,7 +240,8 @@ MATRIX_VERSIONS ?=
 test-matrix: deps services  ## the suite against every supported nginx version
 	@env MYSQL_PORT=$(MYSQL_PORT) MYSQL2_PORT=$(MYSQL2_PORT) \
 	    REDIS_PORT=$(REDIS_PORT) TEST_BACKEND_PORT=$(TEST_BACKEND_PORT) \
-	    TEST_FCGI_PORT=$(TEST_FCGI_PORT) TEST_NGINX_PORT=$(TEST_NGINX_PORT) \
+	    TEST_NGINX_PORT=$(TEST_NGINX_PORT) \
+	    PHPFPM_PORT=$(PHPFPM_PORT) UWSGI_PORT=$(UWSGI_PORT) \
 	    TEST_FILES='$(TEST_FILES)' PROVE_FLAGS='$(PROVE_FLAGS)' \
 	    scripts/matrix.sh $(MATRIX_VERSIONS)
 

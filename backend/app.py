@@ -4,7 +4,7 @@
 
 """Demo and test backend for ngx_http_idempotency_module (stdlib only).
 
-    python3 backend/app.py --port 8081 [--host 127.0.0.1] [--fcgi-port N]
+    python3 backend/app.py --port 8081 [--host 127.0.0.1]
                            [--pidfile F] [--log F]
                            [--exec-log F] [--fence-header NAME]
 
@@ -58,22 +58,6 @@ at once (409 application/problem+json, type .../stale-epoch, not counted);
 after the delay (the commit point) an execution whose epoch is no longer
 the highest is not committed and answers the same 409. So each key
 commits at most once per epoch, and never from a stale executor.
-
-FastCGI (--fcgi-port N): also listens on HOST:N for FastCGI (responder
-role, one thread per connection, FCGI_KEEP_CONN on or off, one request at a
-time per connection: a second FCGI_BEGIN_REQUEST gets FCGI_CANT_MPX_CONN).
-A FastCGI request is handled like an HTTP one, control endpoints included,
-and counts in the same counters (/__count on either port sees both): method
-from REQUEST_METHOD, path?query from REQUEST_URI (else SCRIPT_NAME and
-QUERY_STRING), key from HTTP_IDEMPOTENCY_KEY (several joined with ", "),
-body from FCGI_STDIN. The answer is "Status: NNN Reason", the headers above
-(with Content-Length, but no Transfer-Encoding or Connection), a blank line
-and the body, in FCGI_STDOUT records of at most 65535 bytes, then an empty
-FCGI_STDOUT and FCGI_END_REQUEST. chunked=1 and nolength=1 leave out
-Content-Length (chunked=1: each chunk in its own record); slow_body=MS
-sends the headers and half the body, sleeps MS, then the rest; reset=1
-sends Content-Length: 1000 and 10 body bytes, then resets the connection
-without FCGI_END_REQUEST. FCGI_GET_VALUES is answered.
 """
 
 import argparse
@@ -83,7 +67,6 @@ import json
 import os
 import signal
 import socket
-import socketserver
 import struct
 import sys
 import threading
@@ -217,7 +200,7 @@ def split_pieces(data, n):
 
 
 class Answer:
-    """What a request is answered, whatever the front end (HTTP, FastCGI).
+    """What a request is answered.
 
     status, headers (without the framing ones), body (the whole body),
     framed (a framing header is due: Content-Length, or Transfer-Encoding /
@@ -546,267 +529,11 @@ class Server(ThreadingHTTPServer):
         log("error handling %s: %s" % (client_address, sys.exc_info()[1]))
 
 
-# ---------------------------------------------------------------- FastCGI
-
-FCGI_VERSION = 1
-FCGI_BEGIN_REQUEST = 1
-FCGI_ABORT_REQUEST = 2
-FCGI_END_REQUEST = 3
-FCGI_PARAMS = 4
-FCGI_STDIN = 5
-FCGI_STDOUT = 6
-FCGI_DATA = 8
-FCGI_GET_VALUES = 9
-FCGI_GET_VALUES_RESULT = 10
-FCGI_UNKNOWN_TYPE = 11
-
-FCGI_RESPONDER = 1
-FCGI_KEEP_CONN = 1
-
-FCGI_REQUEST_COMPLETE = 0
-FCGI_CANT_MPX_CONN = 1
-FCGI_UNKNOWN_ROLE = 3
-
-FCGI_MAX_CONTENT = 65535
-FCGI_VALUES = {"FCGI_MAX_CONNS": "1024", "FCGI_MAX_REQS": "1024",
-               "FCGI_MPXS_CONNS": "0"}
-
-RECORD_HEADER = struct.Struct("!BBHHBx")
-
-
-class FcgiError(Exception):
-    pass
-
-
-def fcgi_record(rtype, rid, content=b""):
-    pad = -len(content) % 8
-    return RECORD_HEADER.pack(FCGI_VERSION, rtype, rid, len(content), pad) \
-        + content + b"\0" * pad
-
-
-def fcgi_stream(rtype, rid, data):
-    """data in records of at most 65535 bytes (no record for b"")."""
-    return b"".join(fcgi_record(rtype, rid, data[i:i + FCGI_MAX_CONTENT])
-                    for i in range(0, len(data), FCGI_MAX_CONTENT))
-
-
-def fcgi_end(rid, protocol_status=FCGI_REQUEST_COMPLETE, app_status=0):
-    return fcgi_record(FCGI_END_REQUEST, rid,
-                       struct.pack("!IB3x", app_status, protocol_status))
-
-
-def fcgi_pairs(data):
-    """Name-value pairs -> [(name, value)], latin-1 decoded."""
-    pairs = []
-    i = 0
-    try:
-        while i < len(data):
-            lengths = []
-            for _ in range(2):
-                if data[i] & 0x80:
-                    lengths.append(struct.unpack("!I", data[i:i + 4])[0]
-                                   & 0x7fffffff)
-                    i += 4
-                else:
-                    lengths.append(data[i])
-                    i += 1
-            name = data[i:i + lengths[0]]
-            value = data[i + lengths[0]:i + lengths[0] + lengths[1]]
-            i += lengths[0] + lengths[1]
-            if i > len(data):
-                raise FcgiError("truncated name-value pair")
-            pairs.append((name.decode("latin-1"), value.decode("latin-1")))
-    except (IndexError, struct.error):
-        raise FcgiError("truncated name-value pair")
-    return pairs
-
-
-def fcgi_encode_pairs(pairs):
-    out = []
-    for name, value in pairs:
-        for s in (name, value):
-            n = len(s.encode("latin-1"))
-            out.append(struct.pack("!B", n) if n < 128
-                       else struct.pack("!I", n | 0x80000000))
-        out.append(name.encode("latin-1") + value.encode("latin-1"))
-    return b"".join(out)
-
-
-class FcgiRequest:
-    def __init__(self, rid, keep_conn):
-        self.id = rid
-        self.keep_conn = keep_conn
-        self.params = []
-        self.params_done = False
-        self.stdin = []
-        self.stdin_done = False
-
-
-class FcgiHandler(socketserver.BaseRequestHandler):
-    """One FastCGI connection: its requests one after another."""
-
-    def handle(self):
-        sock = self.request
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        rfile = sock.makefile("rb")
-        try:
-            self.serve(sock, rfile)
-        except (ConnectionError, FcgiError, socket.timeout, OSError) as e:
-            log("fastcgi connection %s:%d: %s" % (self.client_address[0],
-                                                  self.client_address[1], e))
-        finally:
-            try:
-                rfile.close()
-            except Exception:
-                pass
-
-    def serve(self, sock, rfile):
-        req = None
-        while True:
-            header = rfile.read(RECORD_HEADER.size)
-            if not header:
-                return
-            if len(header) < RECORD_HEADER.size:
-                raise FcgiError("eof in a record header")
-            version, rtype, rid, clen, plen = RECORD_HEADER.unpack(header)
-            if version != FCGI_VERSION:
-                raise FcgiError("version %d" % version)
-            content = rfile.read(clen + plen)
-            if len(content) < clen + plen:
-                raise FcgiError("eof in a record")
-            content = content[:clen]
-
-            if rid == 0:
-                self.management(sock, rtype, content)
-                continue
-
-            if rtype == FCGI_BEGIN_REQUEST:
-                if len(content) < 8:
-                    raise FcgiError("short FCGI_BEGIN_REQUEST")
-                role, flags = struct.unpack("!HB5x", content[:8])
-                keep = bool(flags & FCGI_KEEP_CONN)
-                if req is not None:
-                    sock.sendall(fcgi_end(rid, FCGI_CANT_MPX_CONN))
-                elif role != FCGI_RESPONDER:
-                    sock.sendall(fcgi_end(rid, FCGI_UNKNOWN_ROLE))
-                    if not keep:
-                        return
-                else:
-                    req = FcgiRequest(rid, keep)
-                continue
-
-            if req is None or rid != req.id:
-                continue    # not the active request: ignored
-
-            if rtype == FCGI_ABORT_REQUEST:
-                sock.sendall(fcgi_end(rid))
-                if not req.keep_conn:
-                    return
-                req = None
-                continue
-            if rtype == FCGI_PARAMS and not req.params_done:
-                if content:
-                    req.params.append(content)
-                else:
-                    req.params_done = True
-            elif rtype == FCGI_STDIN and not req.stdin_done:
-                if content:
-                    req.stdin.append(content)
-                else:
-                    req.stdin_done = True
-
-            if req.params_done and req.stdin_done:
-                if not self.respond(sock, req) or not req.keep_conn:
-                    return
-                req = None
-
-    def management(self, sock, rtype, content):
-        if rtype == FCGI_GET_VALUES:
-            names = [name for name, _ in fcgi_pairs(content)]
-            values = [(name, FCGI_VALUES[name]) for name in names
-                      if name in FCGI_VALUES]
-            sock.sendall(fcgi_record(FCGI_GET_VALUES_RESULT, 0,
-                                     fcgi_encode_pairs(values)))
-        else:
-            sock.sendall(fcgi_record(FCGI_UNKNOWN_TYPE, 0,
-                                     struct.pack("!B7x", rtype)))
-
-    def respond(self, sock, req):
-        """Answer req; False when the connection is to be dropped."""
-        started = time.time()
-        pairs = fcgi_pairs(b"".join(req.params))
-        params = dict(pairs)
-        method = params.get("REQUEST_METHOD") or "GET"
-        uri = params.get("REQUEST_URI")
-        if not uri:
-            uri = params.get("SCRIPT_NAME") or "/"
-            if params.get("QUERY_STRING"):
-                uri += "?" + params["QUERY_STRING"]
-        keys = [value for name, value in pairs
-                if name == "HTTP_IDEMPOTENCY_KEY"]
-        key = ", ".join(keys) if keys else "-"
-
-        a = answer(method, uri, key, b"".join(req.stdin))
-
-        reason = Handler.responses.get(a.status, ("",))[0]
-        lines = [("Status: %d %s" % (a.status, reason)).rstrip()]
-        headers = list(a.headers)
-        if a.reset:
-            headers = [h for h in headers if h[0] != "Content-Length"]
-            headers.append(("Content-Length", "1000"))
-        elif a.framed and not a.chunked and not a.nolength:
-            headers.append(("Content-Length", str(len(a.body))))
-        lines.extend("%s: %s" % h for h in headers)
-        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "strict")
-
-        def log_access(nbytes, note):
-            access(self.client_address, method, uri, "FCGI", started,
-                   a.status, nbytes, a.key, note)
-
-        if a.reset:
-            sock.sendall(fcgi_stream(FCGI_STDOUT, req.id,
-                                     head + (a.body + b"x" * 10)[:10]))
-            time.sleep(0.05)  # let the bytes leave before the RST
-            log_access(10, "reset")
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                            struct.pack("ii", 1, 0))
-            return False
-
-        def stdout(pieces):
-            # records for each piece: chunked=1 arrives in pieces
-            return b"".join(fcgi_stream(FCGI_STDOUT, req.id, piece)
-                            for piece in pieces)
-
-        out = [head]
-        for i, group in enumerate(a.groups):
-            if i and a.pause > 0:
-                sock.sendall(stdout(out))
-                out = []
-                time.sleep(a.pause)
-            out.extend(group)
-        sock.sendall(stdout(out) + fcgi_record(FCGI_STDOUT, req.id)
-                     + fcgi_end(req.id))
-        log_access(a.nbytes, a.note)
-        return True
-
-
-class FcgiServer(socketserver.ThreadingTCPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 1024
-
-    def handle_error(self, request, client_address):
-        log("fastcgi error handling %s: %s" % (client_address,
-                                               sys.exc_info()[1]))
-
-
 def main():
     global LOG, FENCE
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8081)
-    ap.add_argument("--fcgi-port", type=int,
-                    help="also serve FastCGI on this port (default: none)")
     ap.add_argument("--pidfile")
     ap.add_argument("--log", help="append the request log here (default: stderr)")
     ap.add_argument("--exec-log",
@@ -828,15 +555,6 @@ def main():
         sys.stderr.write("backend: cannot listen on %s:%d: %s\n"
                          % (args.host, args.port, e))
         sys.exit(1)
-
-    fserver = None
-    if args.fcgi_port is not None:
-        try:
-            fserver = FcgiServer((args.host, args.fcgi_port), FcgiHandler)
-        except OSError as e:
-            sys.stderr.write("backend: cannot listen on %s:%d (FastCGI): %s\n"
-                             % (args.host, args.fcgi_port, e))
-            sys.exit(1)
 
     if args.pidfile:
         tmp = args.pidfile + ".tmp"
@@ -860,10 +578,6 @@ def main():
 
     log("backend: listening on %s:%d (pid %d)" % (args.host, args.port,
                                                   os.getpid()))
-    if fserver:
-        threading.Thread(target=fserver.serve_forever, args=(0.5,),
-                         daemon=True).start()
-        log("backend: FastCGI on %s:%d" % (args.host, args.fcgi_port))
     server.serve_forever(poll_interval=0.5)
 
 

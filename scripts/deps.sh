@@ -25,6 +25,9 @@ PACKAGES=(
     perl libtest-base-perl libtest-longstring-perl libtext-diff-perl
     liblist-moreutils-perl liburi-perl libhttp-message-perl
     libio-socket-ssl-perl python3 valgrind
+    # the real FastCGI and uwsgi backends of t/085 and t/086 (their own
+    # instances, started by scripts/services.sh, never the system's)
+    php8.2-fpm uwsgi-core uwsgi-plugin-python3
     # t/190-tls.t makes its CA and certificates; t/330 and t/335 check
     # the metrics with promtool and a private Prometheus server
     openssl prometheus

@@ -37,7 +37,7 @@ trap 'exit 130' INT TERM
 scripts/services.sh reset >/dev/null 9>&- || exit 1
 : > "$LOGFILE"
 scripts/services.sh backend restart "$TEST_NGINX_BACKEND_PORT" "$PIDFILE" "$LOGFILE" \
-    "${TEST_NGINX_FCGI_PORT:-}" >/dev/null 9>&- || exit 1
+    >/dev/null 9>&- || exit 1
 
 # The framework: an installed Test::Nginx (or one PERL5LIB names), else
 # the snapshot of OpenResty's beside the project (../shared/test-nginx, as
@@ -71,7 +71,8 @@ fi
 
 echo "test: nginx ${TEST_NGINX_BINARY:-nginx}, module ${TEST_NGINX_LOAD_MODULES:-?}," \
      "mysql 127.0.0.1:${TEST_NGINX_MYSQL_PORT:-?}, redis 127.0.0.1:${TEST_NGINX_REDIS_PORT:-?}," \
-     "backend 127.0.0.1:$TEST_NGINX_BACKEND_PORT${TEST_NGINX_FCGI_PORT:+ (FastCGI 127.0.0.1:$TEST_NGINX_FCGI_PORT)}${TEST_NGINX_USE_VALGRIND:+, valgrind}"
+     "backend 127.0.0.1:$TEST_NGINX_BACKEND_PORT," \
+     "php-fpm 127.0.0.1:${TEST_NGINX_PHPFPM_PORT:-?}, uwsgi 127.0.0.1:${TEST_NGINX_UWSGI_PORT:-?}${TEST_NGINX_USE_VALGRIND:+, valgrind}"
 
 prove ${PROVE_FLAGS:-} -r "$@" 9>&-
 rc=$?

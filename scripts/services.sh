@@ -3,8 +3,9 @@
 # SPDX-License-Identifier: BSD-2-Clause
 #
 # Every private service of development, tests and the demo: MariaDB and
-# Redis instances and the test backend.  The one place that runs
-# mariadbd, mariadb-install-db, redis-server and backend/app.py;
+# Redis instances, PHP-FPM and uWSGI with the apps of backend/, and the
+# test backend.  The one place that runs mariadbd, mariadb-install-db,
+# redis-server, php-fpm, uwsgi and backend/app.py;
 # scripts/galera.sh (the Galera nodes), t/stress/IdemStress.pm (the fault
 # MariaDB of the stress tests) and t/TierTest.pm (the Redis a test stops
 # and hangs) start theirs through it.
@@ -14,9 +15,23 @@
 # The default set, under build/services/: the suite's and the demo's
 # MariaDB (mysql, 127.0.0.1:3307, build/services/mysql.sock), a second,
 # independent one for the shard tests (mysql2, :3308, build/services/shard2,
-# build/services/mysql2.sock) and a Redis (redis, :6380,
-# build/services/redis.sock).  reset empties the table and Redis; env
-# prints the connection settings as shell assignments.
+# build/services/mysql2.sock), a Redis (redis, :6380,
+# build/services/redis.sock), a PHP-FPM master running backend/app.php
+# (php-fpm, :8094, and a second pool with request_terminate_timeout 2s on
+# build/services/php-fpm-term.sock) and a uWSGI master running
+# backend/wsgi.py (uwsgi, :8095).  reset empties the table, Redis and the
+# apps' execution counts; env prints the connection settings as shell
+# assignments.
+#
+#   scripts/services.sh php-fpm|uwsgi start|stop|status|reset
+#
+# One of the two application servers of the default set.  Each has its
+# own configuration, written by start into build/services/php-fpm/ or
+# build/services/uwsgi/ (never the system's pools or ini files), its log
+# there (php-fpm.log, uwsgi.log), and its app's execution counts in
+# counts/ there (a file per key, shared by the server's processes);
+# reset empties counts/.  start restarts a server whose configuration
+# changed (another port).
 #
 #   scripts/services.sh mysql start|stop|status|provision|reset DIR [OPTION...] [-- MARIADBD-OPTION...]
 #
@@ -51,13 +66,11 @@
 # ...)": the server's own pid (a caller may SIGSTOP, SIGCONT or SIGKILL
 # it).  stop takes SIGCONT first, so a frozen server stops too.
 #
-#   scripts/services.sh backend start|restart PORT PIDFILE LOGFILE [FCGI_PORT]
+#   scripts/services.sh backend start|restart PORT PIDFILE LOGFILE
 #   scripts/services.sh backend stop|status PIDFILE [-q]
 #
-# The demo/test backend (backend/app.py) in the background; FCGI_PORT
-# (optional, may be empty): also FastCGI on 127.0.0.1:FCGI_PORT.  start
-# reuses a running one (if it serves that FastCGI port), restart always
-# starts a fresh one.
+# The demo/test backend (backend/app.py) in the background.  start reuses
+# a running one, restart always starts a fresh one.
 #
 # The system instances (/var/lib/mysql, /etc/mysql, ports 3306/6379) are
 # never used: every client and server call passes --no-defaults and
@@ -66,6 +79,7 @@
 # Environment (defaults in brackets):
 #   IDEM_MYSQL_PORT [3307]  IDEM_REDIS_PORT [6380]  IDEM_SERVICES_DIR [build/services]
 #   IDEM_MYSQL2_PORT [3308] the second MariaDB; 0: none
+#   IDEM_PHPFPM_PORT [8094] IDEM_UWSGI_PORT [8095]
 #   IDEM_START_TIMEOUT [60] seconds to wait for a server to answer
 
 set -euo pipefail
@@ -77,9 +91,12 @@ case $SVC in /*) ;; *) SVC=$ROOT/$SVC ;; esac
 MYSQL1_PORT=${IDEM_MYSQL_PORT:-3307}
 MYSQL2_PORT=${IDEM_MYSQL2_PORT:-3308}
 REDIS1_PORT=${IDEM_REDIS_PORT:-6380}
+PHPFPM_PORT=${IDEM_PHPFPM_PORT:-8094}
+UWSGI_PORT=${IDEM_UWSGI_PORT:-8095}
 START_TIMEOUT=${IDEM_START_TIMEOUT:-60}
 
 SCHEMA=$ROOT/mysql/schema.sql
+PYTHON=${PYTHON:-python3}
 
 # the tuning of the default set's MariaDB servers.  The redo log, the
 # buffer pool and the page cleaner are sized for `make bench`
@@ -592,10 +609,222 @@ redis_reset() {
     echo "$RD_NAME: flushed"
 }
 
+# ------------------------------------------------------ application servers
+
+# A server of the default set is described by AS_* variables (appsrv_use
+# php-fpm|uwsgi): its directory, pid file, log, configuration file and
+# binary.
+appsrv_use() {
+    AS_NAME=$1
+    AS_DIR=$SVC/$1
+    AS_PID=$AS_DIR/$1.pid
+    AS_LOG=$AS_DIR/$1.log
+    AS_COUNTS=$AS_DIR/counts
+    AS_TERM_SOCK=""
+    case $1 in
+        php-fpm)
+            AS_PORT=$PHPFPM_PORT
+            AS_TERM_SOCK=$SVC/php-fpm-term.sock
+            AS_CONF=$AS_DIR/php-fpm.conf
+            AS_COMM=php-fpm
+            AS_BIN=$(find_bin php-fpm8.2 php-fpm) \
+                || die "php-fpm not found (run scripts/deps.sh: package php8.2-fpm)" ;;
+        uwsgi)
+            AS_PORT=$UWSGI_PORT
+            AS_CONF=$AS_DIR/uwsgi.ini
+            AS_COMM=uwsgi
+            AS_BIN=$(find_bin uwsgi-core uwsgi) \
+                || die "uwsgi not found (run scripts/deps.sh: packages uwsgi-core uwsgi-plugin-python3)" ;;
+        *)  die "no application server '$1'" ;;
+    esac
+}
+
+# PHP-FPM: a pool "app" on the port without a time limit, and a pool
+# "term" on a unix socket whose requests PHP-FPM ends after 2 s
+# (request_terminate_timeout).  Five static workers each, so concurrent
+# requests run in several processes; no php.ini (-n), only the posix
+# extension (the app's kill=1).
+phpfpm_pool() {     # NAME LISTEN TERMINATE
+    cat <<EOF
+
+[$1]
+listen = $2
+listen.mode = 0666
+listen.backlog = 1024
+pm = static
+pm.max_children = 5
+request_terminate_timeout = $3
+catch_workers_output = yes
+decorate_workers_output = no
+clear_env = yes
+env[IDEM_COUNT_DIR] = $AS_COUNTS
+security.limit_extensions = .php
+php_admin_value[output_buffering] = 0
+php_admin_value[expose_php] = 0
+php_admin_value[log_errors] = 1
+php_admin_value[display_errors] = 0
+EOF
+    # as root the workers run as nobody (PHP-FPM refuses root workers
+    # without -R, and they need not be root)
+    [ "$(id -u)" != 0 ] || printf 'user = nobody\ngroup = nogroup\n'
+}
+
+phpfpm_conf() {
+    cat <<EOF
+; written by scripts/services.sh: the suite's own PHP-FPM
+[global]
+pid = $AS_PID
+error_log = $AS_LOG
+log_level = notice
+daemonize = yes
+process_control_timeout = 5s
+EOF
+    phpfpm_pool app "127.0.0.1:$AS_PORT" 0
+    phpfpm_pool term "$AS_TERM_SOCK" 2s
+}
+
+# uWSGI: a master and five workers of backend/wsgi.py on the port, with
+# an operator's harakiri of 30 s (the app lowers it for a request with
+# harakiri=S).
+uwsgi_conf() {
+    cat <<EOF
+; written by scripts/services.sh: the suite's own uWSGI
+[uwsgi]
+plugins = python3
+uwsgi-socket = 127.0.0.1:$AS_PORT
+listen = 128
+master = true
+processes = 5
+wsgi-file = $ROOT/backend/wsgi.py
+need-app = true
+env = IDEM_COUNT_DIR=$AS_COUNTS
+harakiri = 30
+pidfile = $AS_PID
+daemonize = $AS_LOG
+die-on-term = true
+ignore-sigpipe = true
+ignore-write-errors = true
+disable-write-exception = true
+EOF
+    [ "$(id -u)" != 0 ] || printf 'uid = nobody\ngid = nogroup\n'
+}
+
+# the server answers on its port: PHP-FPM an FCGI_GET_VALUES, uWSGI a
+# request for /__count
+appsrv_answers() {
+    "$PYTHON" - "$AS_NAME" "$AS_PORT" 2>/dev/null <<'PY'
+import socket, struct, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[2])), timeout=2)
+if sys.argv[1] == "php-fpm":
+    s.sendall(b"\x01\x09\x00\x00\x00\x11\x07\x00\x0f\x00FCGI_MPXS_CONNS"
+              + b"\0" * 7)
+    sys.exit(0 if s.makefile("rb").read(2) == b"\x01\x0a" else 1)
+env = b""
+for k, v in ((b"REQUEST_METHOD", b"GET"), (b"PATH_INFO", b"/__count"),
+             (b"QUERY_STRING", b""), (b"SERVER_PROTOCOL", b"HTTP/1.0")):
+    env += struct.pack("<H", len(k)) + k + struct.pack("<H", len(v)) + v
+s.sendall(struct.pack("<BHB", 0, len(env), 0) + env)
+sys.exit(0 if s.makefile("rb").read(12) == b"HTTP/1.0 200" else 1)
+PY
+}
+
+appsrv_running() {
+    local pid
+    pid=$(pid_of "$AS_PID" "$AS_COMM") || return 1
+    appsrv_answers || return 1
+    echo "$pid"
+}
+
+appsrv_stop() {
+    local pid
+    if pid=$(pid_of "$AS_PID" "$AS_COMM"); then
+        kill -CONT "$pid" 2>/dev/null || true
+        kill -TERM "$pid" 2>/dev/null || true
+        wait_gone "$pid" 10 || die "$AS_NAME: pid $pid did not stop"
+        echo "$AS_NAME: stopped (pid $pid)"
+    else
+        echo "$AS_NAME: not running"
+    fi
+    rm -f "$AS_PID"
+    [ -z "$AS_TERM_SOCK" ] || rm -f "$AS_TERM_SOCK"
+}
+
+# starts the server, or keeps a running one whose configuration is the
+# same (a new port restarts it)
+appsrv_start() {
+    local pid i conf
+    command -v "$PYTHON" >/dev/null 2>&1 || die "$PYTHON not found (scripts/deps.sh)"
+    mkdir -p "$AS_DIR" "$AS_COUNTS"
+    if [ "$AS_NAME" = php-fpm ]; then
+        check_socket_path "$AS_TERM_SOCK"
+        conf=$(phpfpm_conf)
+    else
+        conf=$(uwsgi_conf)
+    fi
+    if pid=$(appsrv_running) \
+            && [ "$conf" = "$(cat "$AS_CONF" 2>/dev/null)" ]; then
+        echo "$AS_NAME: running (pid $pid, 127.0.0.1:$AS_PORT)"
+        return 0
+    fi
+    appsrv_stop >/dev/null
+    # the workers (nobody, when run as root) write the counts and the log
+    chmod 1777 "$AS_COUNTS"
+    echo "$conf" > "$AS_CONF"
+    : >> "$AS_LOG"
+    chmod 666 "$AS_LOG"
+    if [ "$AS_NAME" = php-fpm ]; then
+        setsid "$AS_BIN" -n -y "$AS_CONF" -d extension=posix \
+            </dev/null >>"$AS_LOG" 2>&1 9>&- \
+            || { log_tail "$AS_LOG"; die "php-fpm failed to start"; }
+    else
+        setsid "$AS_BIN" --ini "$AS_CONF" \
+            </dev/null >>"$AS_LOG" 2>&1 9>&- \
+            || { log_tail "$AS_LOG"; die "uwsgi failed to start"; }
+    fi
+    for ((i = 0; i < START_TIMEOUT * 10; i++)); do
+        pid=$(appsrv_running) && break
+        if [ $i -ge 30 ] && ! pid_of "$AS_PID" "$AS_COMM" >/dev/null; then
+            break
+        fi
+        sleep 0.1
+    done
+    if ! pid=$(appsrv_running); then
+        log_tail "$AS_LOG"
+        die "$AS_NAME: no answer on 127.0.0.1:$AS_PORT (port busy?)"
+    fi
+    echo "$AS_NAME: started (pid $pid, 127.0.0.1:$AS_PORT, log $AS_LOG)"
+}
+
+appsrv_status() {
+    local pid
+    if pid=$(appsrv_running); then
+        echo "$AS_NAME: running (pid $pid, 127.0.0.1:$AS_PORT)"
+        return 0
+    elif pid=$(pid_of "$AS_PID" "$AS_COMM"); then
+        echo "$AS_NAME: pid $pid alive but not answering"
+    else
+        echo "$AS_NAME: stopped"
+    fi
+    return 1
+}
+
+appsrv_reset() {
+    appsrv_running >/dev/null \
+        || die "$AS_NAME: not running (scripts/services.sh start)"
+    find "$AS_COUNTS" -mindepth 1 -maxdepth 1 -type f -delete
+    echo "$AS_NAME: execution counts emptied"
+}
+
+appsrv_each() {     # appsrv_each FUNCTION: on PHP-FPM, then uWSGI
+    local rc=0
+    appsrv_use php-fpm; "$1" || rc=1
+    appsrv_use uwsgi; "$1" || rc=1
+    return $rc
+}
+
 # ---------------------------------------------------------------- backend
 
 APP=$ROOT/backend/app.py
-PYTHON=${PYTHON:-python3}
 
 backend_pid() {     # pidfile -> pid of a live backend/app.py
     local pid
@@ -608,26 +837,6 @@ backend_pid() {     # pidfile -> pid of a live backend/app.py
 
 backend_answers() {
     curl -fsS --max-time 2 -o /dev/null "http://127.0.0.1:$1/__count" 2>/dev/null
-}
-
-# FastCGI on port $1 answers an FCGI_GET_VALUES with FCGI_GET_VALUES_RESULT
-fcgi_answers() {
-    "$PYTHON" - "$1" 2>/dev/null <<'EOF'
-import socket, sys
-s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2)
-s.sendall(b"\x01\x09\x00\x00\x00\x11\x00\x00\x0f\x00FCGI_MPXS_CONNS")
-header = s.makefile("rb").read(8)
-sys.exit(0 if header[:2] == b"\x01\x0a" else 1)
-EOF
-}
-
-# pid $1 was started with --fcgi-port $2
-has_fcgi() {
-    tr '\0' ' ' < "/proc/$1/cmdline" 2>/dev/null | grep -q -- "--fcgi-port $2 "
-}
-
-backend_ready() {
-    backend_answers "$1" && { [ -z "$2" ] || fcgi_answers "$2"; }
 }
 
 backend_stop() {
@@ -647,17 +856,11 @@ backend_stop() {
 }
 
 backend_start() {
-    local port=$1 pidfile=$2 logfile=$3 fport=${4:-} pid i
-    local fargs=() where="127.0.0.1:$1"
+    local port=$1 pidfile=$2 logfile=$3 pid i
+    local where="127.0.0.1:$1"
     [ -n "$port" ] && [ -n "$pidfile" ] && [ -n "$logfile" ] \
-        || die "usage: $0 backend start PORT PIDFILE LOGFILE [FCGI_PORT]"
-    if [ -n "$fport" ]; then
-        fargs=(--fcgi-port "$fport")
-        where="$where, FastCGI 127.0.0.1:$fport"
-    fi
-    if pid=$(backend_pid "$pidfile") \
-            && { [ -z "$fport" ] || has_fcgi "$pid" "$fport"; } \
-            && backend_ready "$port" "$fport"; then
+        || die "usage: $0 backend start PORT PIDFILE LOGFILE"
+    if pid=$(backend_pid "$pidfile") && backend_answers "$port"; then
         echo "backend: running (pid $pid, $where)"
         return 0
     fi
@@ -665,7 +868,7 @@ backend_start() {
     command -v "$PYTHON" >/dev/null 2>&1 || die "$PYTHON not found (scripts/deps.sh)"
     mkdir -p "$(dirname "$pidfile")" "$(dirname "$logfile")"
 
-    setsid "$PYTHON" "$APP" --host 127.0.0.1 --port "$port" ${fargs[@]+"${fargs[@]}"} \
+    setsid "$PYTHON" "$APP" --host 127.0.0.1 --port "$port" \
         --pidfile "$pidfile" --log "$logfile" \
         </dev/null >>"$logfile" 2>&1 9>&- &
     local spid=$!
@@ -673,22 +876,20 @@ backend_start() {
     for ((i = 0; i < 100; i++)); do
         if ! alive "$spid"; then
             tail -n 15 "$logfile" >&2
-            die "backend exited at startup (port $port${fport:+ or $fport} busy?)"
+            die "backend exited at startup (port $port busy?)"
         fi
-        [ -s "$pidfile" ] && backend_ready "$port" "$fport" && break
+        [ -s "$pidfile" ] && backend_answers "$port" && break
         sleep 0.1
     done
     backend_answers "$port" || { tail -n 15 "$logfile" >&2; die "backend: no answer on port $port"; }
-    [ -z "$fport" ] || fcgi_answers "$fport" \
-        || { tail -n 15 "$logfile" >&2; die "backend: no FastCGI answer on port $fport"; }
     echo "backend: started (pid $spid, $where, log $logfile)"
 }
 
 backend_cmd() {
     case ${1:-} in
-        start)   backend_start "${2:-}" "${3:-}" "${4:-}" "${5:-}" ;;
+        start)   backend_start "${2:-}" "${3:-}" "${4:-}" ;;
         restart) backend_stop "${3:?pidfile}" -q
-                 backend_start "${2:-}" "${3:-}" "${4:-}" "${5:-}" ;;
+                 backend_start "${2:-}" "${3:-}" "${4:-}" ;;
         stop)    backend_stop "${2:?pidfile}" "${3:-}" ;;
         status)
             local pid
@@ -697,7 +898,7 @@ backend_cmd() {
             else
                 echo "backend: stopped"; return 1
             fi ;;
-        *) echo "usage: $0 backend start|restart PORT PIDFILE LOGFILE [FCGI_PORT] | stop|status PIDFILE [-q]" >&2
+        *) echo "usage: $0 backend start|restart PORT PIDFILE LOGFILE | stop|status PIDFILE [-q]" >&2
            exit 2 ;;
     esac
 }
@@ -719,6 +920,9 @@ IDEM_MYSQL2_SOCKET=$SVC/mysql2.sock
 IDEM_REDIS_HOST=127.0.0.1
 IDEM_REDIS_PORT=$RD_PORT
 IDEM_REDIS_SOCKET=$RD_SOCK
+IDEM_PHPFPM_PORT=$PHPFPM_PORT
+IDEM_PHPFPM_TERM_SOCKET=$SVC/php-fpm-term.sock
+IDEM_UWSGI_PORT=$UWSGI_PORT
 EOF
 }
 
@@ -736,7 +940,8 @@ usage() {
 usage: $0 start|stop|restart|status|reset|env
        $0 mysql start|stop|status|provision|reset DIR [OPTION...] [-- MARIADBD-OPTION...]
        $0 redis start|stop|status|reset DIR [OPTION...] [-- REDIS-SERVER-OPTION...]
-       $0 backend start|restart PORT PIDFILE LOGFILE [FCGI_PORT] | stop|status PIDFILE [-q]
+       $0 php-fpm|uwsgi start|stop|status|reset
+       $0 backend start|restart PORT PIDFILE LOGFILE | stop|status PIDFILE [-q]
 EOF
     exit 2
 }
@@ -744,13 +949,19 @@ EOF
 cmd=${1:-status}
 [ $# -eq 0 ] || shift
 case $cmd in
-    start)   lock "$SVC"; mysql_each mysql_start; redis_use; redis_start ;;
-    stop)    lock "$SVC"; mysql_each mysql_stop; redis_use; redis_stop ;;
+    start)   lock "$SVC"; mysql_each mysql_start; redis_use; redis_start
+             appsrv_each appsrv_start ;;
+    stop)    lock "$SVC"; mysql_each mysql_stop; redis_use; redis_stop
+             appsrv_each appsrv_stop ;;
     restart) lock "$SVC"; mysql_each mysql_stop; redis_use; redis_stop
-             mysql_each mysql_start; redis_use; redis_start ;;
-    reset)   lock "$SVC"; mysql_each mysql_reset; redis_use; redis_reset ;;
+             appsrv_each appsrv_stop
+             mysql_each mysql_start; redis_use; redis_start
+             appsrv_each appsrv_start ;;
+    reset)   lock "$SVC"; mysql_each mysql_reset; redis_use; redis_reset
+             appsrv_each appsrv_reset ;;
     status)  rc=0; mysql_each mysql_status || rc=1
-             redis_use; redis_status || rc=1; exit $rc ;;
+             redis_use; redis_status || rc=1
+             appsrv_each appsrv_status || rc=1; exit $rc ;;
     env)     print_env ;;
     mysql)
         sub=${1:-}; [ $# -eq 0 ] || shift
@@ -771,6 +982,15 @@ case $cmd in
             stop)   lock "$RD_DIR"; redis_stop ;;
             status) redis_status ;;
             reset)  redis_reset ;;
+            *)      usage ;;
+        esac ;;
+    php-fpm|uwsgi)
+        appsrv_use "$cmd"
+        case ${1:-} in
+            start)  lock "$SVC"; appsrv_start ;;
+            stop)   lock "$SVC"; appsrv_stop ;;
+            status) appsrv_status ;;
+            reset)  appsrv_reset ;;
             *)      usage ;;
         esac ;;
     backend) backend_cmd "$@" ;;

@@ -61,8 +61,8 @@ upstream ka {
     keepalive 4;
 }
 upstream fcgi_two {
-    server 127.0.0.1:\$TEST_NGINX_FCGI_PORT;
-    server 127.0.0.1:\$TEST_NGINX_FCGI_PORT;
+    server 127.0.0.1:\$TEST_NGINX_PHPFPM_PORT;
+    server 127.0.0.1:\$TEST_NGINX_PHPFPM_PORT;
 }
 END
 }
@@ -295,22 +295,29 @@ Idempotency-Key: t047-8
 
 
 
-=== TEST 9: fastcgi_pass, DELETE, two servers, a read timeout: one execution, the retry gets outcome-unknown
+=== TEST 9: fastcgi_pass to PHP-FPM, DELETE, two servers, a read timeout: one execution, the retry gets outcome-unknown
 --- http_config eval: main::upstreams()
---- config
+--- config eval
+my $app = "$IdemStress::ROOT/backend/app.php";
+qq{
     location /fcgi {
         idempotency main;
         idempotency_methods POST PUT PATCH DELETE;
         fastcgi_pass fcgi_two;
         include /etc/nginx/fastcgi_params;
-        fastcgi_param REQUEST_URI $request_uri;
+        fastcgi_param SCRIPT_FILENAME $app;
         fastcgi_read_timeout 1s;
     }
-    location = /count { proxy_pass http://backend/__count; }
+    location = /__count {
+        fastcgi_pass fcgi_two;
+        include /etc/nginx/fastcgi_params;
+        fastcgi_param SCRIPT_FILENAME $app;
+    }
+}
 --- more_headers
 Idempotency-Key: t047-9
 --- request eval
-["DELETE /fcgi?delay=2000\nx", "DELETE /fcgi?delay=2000\nx", "GET /count?key=t047-9"]
+["DELETE /fcgi?delay=2000\nx", "DELETE /fcgi?delay=2000\nx", "GET /__count?key=t047-9"]
 --- error_code eval
 [504, 502, 200]
 --- response_body_like eval

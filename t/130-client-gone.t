@@ -12,13 +12,15 @@ use Time::HiRes qw(time sleep);
 
 use lib 't/stress';
 use IdemStress;
+use lib 't';
+use AppServers ();
 
 IdemStress::begin_file();
 
 my $P = port(131);
 my $H2 = port(132);
 my $SLOW = port(133);
-my $FCGI = $ENV{TEST_NGINX_FCGI_PORT};
+my $FPM = $ENV{TEST_NGINX_PHPFPM_PORT};
 my $MYSQL = $ENV{TEST_NGINX_MYSQL_PORT};
 my $tag = "g$$-" . int(time);
 my $n = 0;
@@ -26,13 +28,20 @@ my $ngx;
 
 END { $ngx->stop if $ngx }
 
-my $fcgi_loc = !$FCGI ? '' : <<"LOC";
+# the suite's PHP-FPM (backend/app.php), and its count of a key's
+# executions at /__count
+my $fcgi_loc = !$FPM ? '' : <<"LOC";
         location /fcgi {
             idempotency main;
             idempotency_wait 10s;
-            fastcgi_pass 127.0.0.1:$FCGI;
+            fastcgi_pass 127.0.0.1:$FPM;
             include /etc/nginx/fastcgi_params;
-            fastcgi_param REQUEST_URI \$request_uri;
+            fastcgi_param SCRIPT_FILENAME $IdemStress::ROOT/backend/app.php;
+        }
+        location = /__count {
+            fastcgi_pass 127.0.0.1:$FPM;
+            include /etc/nginx/fastcgi_params;
+            fastcgi_param SCRIPT_FILENAME $IdemStress::ROOT/backend/app.php;
         }
 LOC
 
@@ -142,7 +151,9 @@ sub check_replay {
                     . length $body);
     }
 
-    is(backend_count($key), 1, "$name: executed once");
+    is($uri =~ m{^/fcgi} ? AppServers::app_count($P, $key)
+                         : backend_count($key),
+       1, "$name: executed once");
 }
 
 # ------------------------------------------------------------------------
@@ -194,16 +205,16 @@ sub check_replay {
 }
 
 SKIP: {
-    skip 'no FastCGI backend (TEST_NGINX_FCGI_PORT)', 8 unless $FCGI;
+    skip 'no PHP-FPM (TEST_NGINX_PHPFPM_PORT)', 8 unless $FPM;
 
-    my $name = 'client gone before the status line, fastcgi_pass';
+    my $name = 'client gone before the status line, fastcgi_pass to PHP-FPM';
     my $key = fresh('fcgi');
     my $uri = '/fcgi?delay=1500';
 
     leaving_client($uri, $key, '--max-time', '0.5');
     check_replay($name, $uri, $key, qr/"key":"\Q$key\E","execution":1,/);
 
-    $name = 'client gone mid-body, fastcgi_pass';
+    $name = 'client gone mid-body, fastcgi_pass to PHP-FPM';
     $key = fresh('fcgi-mid');
     $uri = '/fcgi?size=200000&slow_body=1500';
 
