@@ -47,6 +47,8 @@ DEMO_PORT         ?= 8080
 BACKEND_PORT      ?= 8081
 TEST_BACKEND_PORT ?= 8091
 TEST_FCGI_PORT    ?= 8092
+# the gRPC test backend (t/tools/grpc-server.js)
+TEST_GRPC_PORT    ?= 8093
 # Test::Nginx's port; the tests' other nginx ports follow it (IdemStress)
 TEST_NGINX_PORT   ?= 1984
 TEST_FILES        ?= t/
@@ -211,6 +213,7 @@ TEST_ENV = \
     TEST_NGINX_REDIS_SOCKET=$(BUILD)/services/redis.sock \
     TEST_NGINX_BACKEND_PORT=$(TEST_BACKEND_PORT) \
     TEST_NGINX_FCGI_PORT=$(TEST_FCGI_PORT) \
+    TEST_NGINX_GRPC_PORT=$(TEST_GRPC_PORT) \
     PROVE_FLAGS='$(PROVE_FLAGS)'
 
 test: deps build services  ## the whole suite (TEST_FILES=, PROVE_FLAGS=), with a short fuzz run first
@@ -235,6 +238,7 @@ test-matrix: deps services  ## the suite against every supported nginx version
 	@env MYSQL_PORT=$(MYSQL_PORT) MYSQL2_PORT=$(MYSQL2_PORT) \
 	    REDIS_PORT=$(REDIS_PORT) TEST_BACKEND_PORT=$(TEST_BACKEND_PORT) \
 	    TEST_FCGI_PORT=$(TEST_FCGI_PORT) TEST_NGINX_PORT=$(TEST_NGINX_PORT) \
+	    TEST_GRPC_PORT=$(TEST_GRPC_PORT) \
 	    TEST_FILES='$(TEST_FILES)' PROVE_FLAGS='$(PROVE_FLAGS)' \
 	    scripts/matrix.sh $(MATRIX_VERSIONS)
 

@@ -19,7 +19,7 @@ NODE_DIR=${IDEM_NODE_DIR:-$ROOT/build/node}
 
 # exact versions, name@version
 # stripe 18 is the last major that runs on Debian 12's Node.js 18
-PACKAGES=(stripe@18.5.0)
+PACKAGES=(stripe@18.5.0 @grpc/grpc-js@1.14.7)
 
 die() { echo "node-deps: $*" >&2; exit 1; }
 
