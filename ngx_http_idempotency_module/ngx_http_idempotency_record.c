@@ -88,6 +88,8 @@ static const char *ngx_http_idempotency_header_bad(ngx_str_t *name,
     ngx_str_t *value);
 static const char *ngx_http_idempotency_trailer_bad(ngx_str_t *name,
     ngx_str_t *value);
+static ngx_int_t ngx_http_idempotency_field_size(ngx_table_elt_t *h,
+    const char *(*bad)(ngx_str_t *name, ngx_str_t *value), size_t *len);
 static ngx_int_t ngx_http_idempotency_parse_fields(ngx_pool_t *pool,
     u_char **pp, u_char *last, ngx_array_t *fields);
 static ngx_int_t ngx_http_idempotency_trailers_apply(ngx_http_request_t *r,
@@ -263,6 +265,7 @@ ngx_http_idempotency_head_size(ngx_http_request_t *r, ngx_array_t *skip,
     size_t *lenp, ngx_uint_t *np, size_t *ctlenp, ngx_uint_t *format2p)
 {
     size_t            len, ctlen;
+    ngx_int_t         rc;
     ngx_uint_t        i, n, format2;
     ngx_list_part_t  *part;
     ngx_table_elt_t  *h;
@@ -344,17 +347,12 @@ ngx_http_idempotency_head_size(ngx_http_request_t *r, ngx_array_t *skip,
             continue;
         }
 
-        if (ngx_http_idempotency_header_bad(&h->key, &h->value)) {
-            return NGX_DECLINED;
+        rc = ngx_http_idempotency_field_size(h,
+                                     ngx_http_idempotency_header_bad, &len);
+        if (rc != NGX_OK) {
+            return rc;
         }
 
-        /* the format frames names in 16 bits and values in 32 */
-
-        if (h->key.len > 0xffff || h->value.len > 0xffffffff) {
-            return NGX_ERROR;
-        }
-
-        len += 2 + h->key.len + 4 + h->value.len;
         n++;
 
         if (ngx_http_idempotency_completed_location(r, h)) {
@@ -391,6 +389,30 @@ ngx_http_idempotency_put_field(u_char *p, ngx_str_t *name, u_char *value,
 }
 
 
+/*
+ * A header or trailer adds its field's size to *len: NGX_DECLINED for
+ * what bad() refuses, NGX_ERROR for what the format cannot frame (names
+ * in 16 bits, values in 32).
+ */
+
+static ngx_int_t
+ngx_http_idempotency_field_size(ngx_table_elt_t *h,
+    const char *(*bad)(ngx_str_t *name, ngx_str_t *value), size_t *len)
+{
+    if (bad(&h->key, &h->value)) {
+        return NGX_DECLINED;
+    }
+
+    if (h->key.len > 0xffff || h->value.len > 0xffffffff) {
+        return NGX_ERROR;
+    }
+
+    *len += 2 + h->key.len + 4 + h->value.len;
+
+    return NGX_OK;
+}
+
+
 void
 ngx_http_idempotency_record_body_len(u_char *p, size_t len)
 {
@@ -404,6 +426,7 @@ ngx_http_idempotency_record_trailers(ngx_http_request_t *r, ngx_pool_t *pool,
 {
     u_char           *p;
     size_t            len;
+    ngx_int_t         rc;
     ngx_uint_t        i, n;
     ngx_list_part_t  *part;
     ngx_table_elt_t  *h;
@@ -420,15 +443,12 @@ ngx_http_idempotency_record_trailers(ngx_http_request_t *r, ngx_pool_t *pool,
             continue;
         }
 
-        if (ngx_http_idempotency_trailer_bad(&h->key, &h->value)) {
-            return NGX_DECLINED;
+        rc = ngx_http_idempotency_field_size(h,
+                                     ngx_http_idempotency_trailer_bad, &len);
+        if (rc != NGX_OK) {
+            return rc;
         }
 
-        if (h->key.len > 0xffff || h->value.len > 0xffffffff) {
-            return NGX_ERROR;
-        }
-
-        len += 2 + h->key.len + 4 + h->value.len;
         n++;
     }
 

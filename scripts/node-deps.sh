@@ -3,7 +3,8 @@
 # SPDX-License-Identifier: BSD-2-Clause
 #
 # Install the npm packages used by the Node.js test clients in t/tools/
-# (t/tools/stripe-retry.js needs the official Stripe Node library).
+# (t/tools/stripe-retry.js needs the official Stripe Node library;
+# t/tools/grpc-server.js and grpc-call.js need @grpc/grpc-js).
 #
 #   scripts/node-deps.sh           install what is missing (quiet when nothing is)
 #   scripts/node-deps.sh --check   exit 1 (with a message) if something is missing

@@ -17,11 +17,7 @@
 
 'use strict';
 
-const path = require('path');
-
-const nodeDir = process.env.IDEM_NODE_DIR
-    || path.join(__dirname, '..', '..', 'build', 'node');
-const grpc = require(path.join(nodeDir, 'node_modules', '@grpc', 'grpc-js'));
+const { grpc, method } = require('./grpc-json');
 
 const [port, methodName, key, body, nArg, deadlineArg] = process.argv.slice(2);
 if (!/^\d+$/.test(port || '') || !methodName || key === undefined
@@ -31,22 +27,8 @@ if (!/^\d+$/.test(port || '') || !methodName || key === undefined
 }
 const n = Number(nArg || 1);
 
-const json = {
-    serialize: (o) => Buffer.from(JSON.stringify(o)),
-    deserialize: (b) => JSON.parse(b.toString() || '{}'),
-};
-
-const Client = grpc.makeGenericClientConstructor({
-    [methodName]: {
-        path: `/idem.Payments/${methodName}`,
-        requestStream: false,
-        responseStream: false,
-        requestSerialize: json.serialize,
-        requestDeserialize: json.deserialize,
-        responseSerialize: json.serialize,
-        responseDeserialize: json.deserialize,
-    },
-}, 'Payments');
+const Client = grpc.makeGenericClientConstructor(
+    { [methodName]: method(methodName) }, 'Payments');
 
 const client = new Client(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
 

@@ -7,8 +7,7 @@
 //
 //   node t/tools/grpc-server.js --port PORT [--pidfile F] [--log F]
 //
-// Service idem.Payments, messages are JSON (a codec of its own, so that no
-// .proto file is needed; the framing, metadata and status are gRPC's):
+// Service idem.Payments, messages are JSON (grpc-json.js):
 //
 //   Charge  {"amount": N, "mode": M, "sleep_ms": T, "code": C,
 //            "message": S}
@@ -35,11 +34,7 @@
 
 const fs = require('fs');
 const http2 = require('http2');
-const path = require('path');
-
-const nodeDir = process.env.IDEM_NODE_DIR
-    || path.join(__dirname, '..', '..', 'build', 'node');
-const grpc = require(path.join(nodeDir, 'node_modules', '@grpc', 'grpc-js'));
+const { grpc, method } = require('./grpc-json');
 
 const args = {};
 for (let i = 2; i + 1 < process.argv.length; i += 2) {
@@ -54,23 +49,6 @@ const logFile = args.log ? fs.openSync(args.log, 'a') : null;
 function log(line) {
     const s = `${new Date().toISOString()} ${line}\n`;
     if (logFile !== null) fs.writeSync(logFile, s); else process.stdout.write(s);
-}
-
-const json = {
-    serialize: (o) => Buffer.from(JSON.stringify(o)),
-    deserialize: (b) => JSON.parse(b.toString() || '{}'),
-};
-
-function method(name) {
-    return {
-        path: `/idem.Payments/${name}`,
-        requestStream: false,
-        responseStream: false,
-        requestSerialize: json.serialize,
-        requestDeserialize: json.deserialize,
-        responseSerialize: json.serialize,
-        responseDeserialize: json.deserialize,
-    };
 }
 
 const service = { Charge: method('Charge'), Count: method('Count') };
