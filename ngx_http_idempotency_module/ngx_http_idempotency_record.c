@@ -94,6 +94,8 @@ static ngx_int_t ngx_http_idempotency_parse_fields(ngx_pool_t *pool,
     u_char **pp, u_char *last, ngx_array_t *fields);
 static ngx_int_t ngx_http_idempotency_trailers_apply(ngx_http_request_t *r,
     ngx_http_idempotency_record_t *rec);
+static ngx_table_elt_t *ngx_http_idempotency_push_field(ngx_list_t *list,
+    ngx_keyval_t *kv);
 
 
 static ngx_str_t  ngx_http_idempotency_content_type =
@@ -715,18 +717,10 @@ ngx_http_idempotency_record_apply(ngx_http_request_t *r,
             continue;
         }
 
-        h = ngx_list_push(&r->headers_out.headers);
+        h = ngx_http_idempotency_push_field(&r->headers_out.headers, &kv[i]);
         if (h == NULL) {
             return NGX_ERROR;
         }
-
-        h->hash = 1;
-        h->key = kv[i].key;
-        h->value = kv[i].value;
-        h->lowcase_key = NULL;
-#if (nginx_version >= 1023000)
-        h->next = NULL;
-#endif
 
         /*
          * Location as nginx's upstream leaves it: r->headers_out.location
@@ -758,6 +752,30 @@ ngx_http_idempotency_record_apply(ngx_http_request_t *r,
 }
 
 
+/* a record's field as a live header of list (pointing into the record) */
+
+static ngx_table_elt_t *
+ngx_http_idempotency_push_field(ngx_list_t *list, ngx_keyval_t *kv)
+{
+    ngx_table_elt_t  *h;
+
+    h = ngx_list_push(list);
+    if (h == NULL) {
+        return NULL;
+    }
+
+    h->hash = 1;
+    h->key = kv->key;
+    h->value = kv->value;
+    h->lowcase_key = NULL;
+#if (nginx_version >= 1023000)
+    h->next = NULL;
+#endif
+
+    return h;
+}
+
+
 /*
  * The trailers, in their order, as the upstream passes them on; a
  * response that has them goes without Content-Length (chunked over
@@ -769,9 +787,8 @@ static ngx_int_t
 ngx_http_idempotency_trailers_apply(ngx_http_request_t *r,
     ngx_http_idempotency_record_t *rec)
 {
-    ngx_uint_t        i;
-    ngx_keyval_t     *kv;
-    ngx_table_elt_t  *h;
+    ngx_uint_t     i;
+    ngx_keyval_t  *kv;
 
     if (rec->trailers.nelts == 0 || r->method == NGX_HTTP_HEAD) {
         return NGX_OK;
@@ -780,18 +797,11 @@ ngx_http_idempotency_trailers_apply(ngx_http_request_t *r,
     kv = rec->trailers.elts;
 
     for (i = 0; i < rec->trailers.nelts; i++) {
-        h = ngx_list_push(&r->headers_out.trailers);
-        if (h == NULL) {
+        if (ngx_http_idempotency_push_field(&r->headers_out.trailers, &kv[i])
+            == NULL)
+        {
             return NGX_ERROR;
         }
-
-        h->hash = 1;
-        h->key = kv[i].key;
-        h->value = kv[i].value;
-        h->lowcase_key = NULL;
-#if (nginx_version >= 1023000)
-        h->next = NULL;
-#endif
     }
 
     r->headers_out.content_length_n = -1;
