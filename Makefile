@@ -49,6 +49,8 @@ TEST_BACKEND_PORT ?= 8091
 # the suite's PHP-FPM and uWSGI (scripts/services.sh php-fpm, uwsgi)
 PHPFPM_PORT       ?= 8094
 UWSGI_PORT        ?= 8095
+# the gRPC test backend (t/tools/grpc-server.js)
+TEST_GRPC_PORT    ?= 8093
 # Test::Nginx's port; the tests' other nginx ports follow it (IdemStress)
 TEST_NGINX_PORT   ?= 1984
 TEST_FILES        ?= t/
@@ -217,6 +219,7 @@ TEST_ENV = \
     TEST_NGINX_PHPFPM_PORT=$(PHPFPM_PORT) \
     TEST_NGINX_PHPFPM_TERM_SOCKET=$(BUILD)/services/php-fpm-term.sock \
     TEST_NGINX_UWSGI_PORT=$(UWSGI_PORT) \
+    TEST_NGINX_GRPC_PORT=$(TEST_GRPC_PORT) \
     PROVE_FLAGS='$(PROVE_FLAGS)'
 
 test: deps build services  ## the whole suite (TEST_FILES=, PROVE_FLAGS=), with a short fuzz run first
@@ -242,6 +245,7 @@ test-matrix: deps services  ## the suite against every supported nginx version
 	    REDIS_PORT=$(REDIS_PORT) TEST_BACKEND_PORT=$(TEST_BACKEND_PORT) \
 	    TEST_NGINX_PORT=$(TEST_NGINX_PORT) \
 	    PHPFPM_PORT=$(PHPFPM_PORT) UWSGI_PORT=$(UWSGI_PORT) \
+	    TEST_GRPC_PORT=$(TEST_GRPC_PORT) \
 	    TEST_FILES='$(TEST_FILES)' PROVE_FLAGS='$(PROVE_FLAGS)' \
 	    scripts/matrix.sh $(MATRIX_VERSIONS)
 

@@ -14,13 +14,14 @@
  *   - the status is 100..999;
  *   - every header name, value and the body lie inside the input, names
  *     are not empty, and the slices follow each other in input order;
- *   - encoding the parsed record again (format 1 or 2, as documented in
- *     ngx_http_idempotency_record.h) gives back exactly the input: the
+ *   - encoding the parsed record again (format 1, 2 or 3, as documented
+ *     in ngx_http_idempotency_record.h) gives back exactly the input: the
  *     decoder accepts nothing but the canonical encoding;
  *   - apply sets the status and Content-Length (a ":length" field's, if
  *     any), takes the Content-Type and the pseudo-headers (":status",
  *     ":length", ":location", ":override-charset") out of the list and
- *     pushes every other header, in order.
+ *     pushes every other header, in order, and a format 3 record's
+ *     trailers, in order, with no Content-Length (but for a HEAD).
  * AddressSanitizer catches any read outside the (exactly sized) input.
  */
 
@@ -50,6 +51,51 @@ fuzz_put(u_char *p, size_t n, size_t bytes)
 }
 
 
+/* fields in the input, in order, from next on: where they end; their
+ * encoded size is added to *elen */
+
+static u_char *
+fuzz_fields(u_char *in, size_t size, ngx_array_t *a, u_char *next,
+    size_t *elen)
+{
+    ngx_uint_t     i;
+    ngx_keyval_t  *kv;
+
+    kv = a->elts;
+
+    for (i = 0; i < a->nelts; i++) {
+        fuzz_inside(kv[i].key);
+        fuzz_inside(kv[i].value);
+        fuzz_assert(kv[i].key.len > 0 && kv[i].key.len <= 0xffff);
+        fuzz_assert(kv[i].key.data == next + 2);
+        fuzz_assert(kv[i].value.data == kv[i].key.data + kv[i].key.len + 4);
+        next = kv[i].value.data + kv[i].value.len;
+        *elen += 2 + kv[i].key.len + 4 + kv[i].value.len;
+    }
+
+    return next;
+}
+
+
+static u_char *
+fuzz_put_fields(u_char *p, ngx_array_t *a)
+{
+    ngx_uint_t     i;
+    ngx_keyval_t  *kv;
+
+    kv = a->elts;
+
+    for (i = 0; i < a->nelts; i++) {
+        p = fuzz_put(p, kv[i].key.len, 2);
+        p = ngx_cpymem(p, kv[i].key.data, kv[i].key.len);
+        p = fuzz_put(p, kv[i].value.len, 4);
+        p = ngx_cpymem(p, kv[i].value.data, kv[i].value.len);
+    }
+
+    return p;
+}
+
+
 int
 LLVMFuzzerInitialize(int *argc, char ***argv)
 {
@@ -68,7 +114,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ngx_int_t                        rc;
     ngx_uint_t                       i, j, ct, nct, sl;
     ngx_pool_t                      *pool;
-    ngx_keyval_t                    *kv;
+    ngx_keyval_t                    *kv, *tv;
     ngx_list_part_t                 *part;
     ngx_table_elt_t                 *h;
     ngx_http_request_t              *r;
@@ -124,39 +170,49 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     elen = 4 + 2 + 2 + 4 + rec.body.len;
     next = in + 8;
 
-    for (i = 0; i < rec.headers.nelts; i++) {
-        fuzz_inside(kv[i].key);
-        fuzz_inside(kv[i].value);
-        fuzz_assert(kv[i].key.len > 0 && kv[i].key.len <= 0xffff);
-        fuzz_assert(kv[i].key.data == next + 2);
-        fuzz_assert(kv[i].value.data == kv[i].key.data + kv[i].key.len + 4);
-        next = kv[i].value.data + kv[i].value.len;
-        elen += 2 + kv[i].key.len + 4 + kv[i].value.len;
-    }
+    next = fuzz_fields(in, size, &rec.headers, next, &elen);
 
     fuzz_inside(rec.body);
     fuzz_assert(rec.body.data == next + 4);
-    fuzz_assert(rec.body.data + rec.body.len == in + size);
     fuzz_assert(rec.headers.nelts <= 0xffff);
 
+    /* format 3: one trailer at least after the body; else none */
+
+    tv = rec.trailers.elts;
+    next = rec.body.data + rec.body.len;
+
+    if (memcmp(in, "IDR3", 4) == 0) {
+        fuzz_assert(rec.trailers.nelts > 0 && rec.trailers.nelts <= 0xffff);
+        elen += 2;
+        next += 2;
+
+    } else {
+        fuzz_assert(rec.trailers.nelts == 0);
+    }
+
+    next = fuzz_fields(in, size, &rec.trailers, next, &elen);
+
+    fuzz_assert(next == in + size);
     fuzz_assert(elen == size);
 
-    fuzz_assert(memcmp(in, "IDR1", 4) == 0 || memcmp(in, "IDR2", 4) == 0);
+    fuzz_assert(memcmp(in, "IDR1", 4) == 0 || memcmp(in, "IDR2", 4) == 0
+                || memcmp(in, "IDR3", 4) == 0);
 
     enc = malloc(elen);
     p = ngx_cpymem(enc, in, 4);
     p = fuzz_put(p, rec.status, 2);
     p = fuzz_put(p, rec.headers.nelts, 2);
 
-    for (i = 0; i < rec.headers.nelts; i++) {
-        p = fuzz_put(p, kv[i].key.len, 2);
-        p = ngx_cpymem(p, kv[i].key.data, kv[i].key.len);
-        p = fuzz_put(p, kv[i].value.len, 4);
-        p = ngx_cpymem(p, kv[i].value.data, kv[i].value.len);
-    }
+    p = fuzz_put_fields(p, &rec.headers);
 
     p = fuzz_put(p, rec.body.len, 4);
     p = ngx_cpymem(p, rec.body.data, rec.body.len);
+
+    if (rec.trailers.nelts) {
+        p = fuzz_put(p, rec.trailers.nelts, 2);
+    }
+
+    p = fuzz_put_fields(p, &rec.trailers);
 
     fuzz_assert((size_t) (p - enc) == elen);
 
@@ -177,7 +233,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     if (ngx_list_init(&r->headers_out.headers, pool, 1,
                       sizeof(ngx_table_elt_t))
-        != NGX_OK)
+        != NGX_OK
+        || ngx_list_init(&r->headers_out.trailers, pool, 1,
+                         sizeof(ngx_table_elt_t))
+           != NGX_OK)
     {
         abort();
     }
@@ -203,7 +262,35 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
     }
 
+    if (rec.trailers.nelts && r->method != NGX_HTTP_HEAD) {
+        clen = -1;
+    }
+
     fuzz_assert(r->headers_out.content_length_n == clen);
+
+    /* the trailers, in order, one list part each */
+
+    part = &r->headers_out.trailers.part;
+    h = part->elts;
+    j = 0;
+
+    for (i = 0; r->method != NGX_HTTP_HEAD && i < rec.trailers.nelts; i++) {
+        if (j >= part->nelts) {
+            fuzz_assert(part->next != NULL);
+            part = part->next;
+            h = part->elts;
+            j = 0;
+        }
+
+        fuzz_assert(h[j].key.data == tv[i].key.data
+                    && h[j].value.data == tv[i].value.data
+                    && h[j].value.len == tv[i].value.len);
+        j++;
+    }
+
+    fuzz_assert(j == part->nelts && part->next == NULL);
+    fuzz_assert(r->expect_trailers
+                == (rec.trailers.nelts && r->method != NGX_HTTP_HEAD));
 
     nct = 0;
     ct = 0;

@@ -59,12 +59,13 @@ typedef struct {
     ngx_event_t                     retry;
     ngx_http_idempotency_lease_t    lease;
 
-    /* the record is head, body length, body (all in pool); for the
-     * replay tiers too once the row is completed; head.len 0: the
-     * response is recorded as executed, not stored */
+    /* the record is head, body length, body, trailers (all in pool);
+     * for the replay tiers too once the row is completed; head.len 0:
+     * the response is recorded as executed, not stored */
     ngx_str_t                       head;
     ngx_chain_t                    *body;
     size_t                          body_len;
+    ngx_str_t                       trailers;  /* len 0: none */
     time_t                          expires;
     ngx_uint_t                      epoch;     /* the claim's */
 
@@ -172,6 +173,7 @@ ngx_http_idempotency_complete(ngx_http_idempotency_ctx_t *ctx,
             job->head = ctx->capture.head;
             job->body = ctx->capture.body;
             job->body_len = ctx->capture.body_len;
+            job->trailers = ctx->capture.trailers;
         }
     }
 
@@ -232,7 +234,8 @@ ngx_http_idempotency_complete_detach(ngx_http_idempotency_ctx_t *ctx)
 }
 
 
-/* head, body length, body: in one piece, as the driver sends a value */
+/* head, body length, body and trailers: in one piece, as the driver
+ * sends a value */
 
 static ngx_int_t
 ngx_http_idempotency_job_record(ngx_http_idempotency_job_t *job)
@@ -246,7 +249,7 @@ ngx_http_idempotency_job_record(ngx_http_idempotency_job_t *job)
         return NGX_OK;
     }
 
-    job->record.len = job->head.len + 4 + job->body_len;
+    job->record.len = job->head.len + 4 + job->body_len + job->trailers.len;
 
     p = ngx_pnalloc(job->pool, job->record.len);
     if (p == NULL) {
@@ -263,6 +266,11 @@ ngx_http_idempotency_job_record(ngx_http_idempotency_job_t *job)
     for (cl = job->body; cl; cl = cl->next) {
         b = cl->buf;
         p = ngx_cpymem(p, b->pos, b->last - b->pos);
+    }
+
+    if (job->trailers.len) {
+        (void) ngx_cpymem(p, job->trailers.data, job->trailers.len);
+        ngx_http_idempotency_record_has_trailers(job->record.data);
     }
 
     return NGX_OK;
@@ -285,6 +293,7 @@ ngx_http_idempotency_job_unstored(ngx_http_idempotency_job_t *job,
     job->head.len = 0;
     job->body = NULL;
     job->body_len = 0;
+    job->trailers.len = 0;
     job->state = NGX_HTTP_IDEMPOTENCY_ROW_UNSTORED;
 }
 

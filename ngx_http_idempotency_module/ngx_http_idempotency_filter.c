@@ -32,6 +32,7 @@
 #include "ngx_http_idempotency_owner.h"
 #include "ngx_http_idempotency_complete.h"
 #include "ngx_http_idempotency_outcome.h"
+#include "ngx_http_idempotency_grpc.h"
 
 
 /* how long the end of a response waits for its completion */
@@ -60,6 +61,8 @@ static ngx_int_t ngx_http_idempotency_body_filter(ngx_http_request_t *r,
 static ngx_int_t ngx_http_idempotency_capture_start(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx);
 static ngx_uint_t ngx_http_idempotency_header_only(ngx_http_request_t *r);
+static ngx_int_t ngx_http_idempotency_header_unsure(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, const char *why);
 static void ngx_http_idempotency_replaced(ngx_http_idempotency_ctx_t *ctx,
     ngx_uint_t status);
 static void ngx_http_idempotency_downstream_handler(ngx_http_request_t *r);
@@ -70,6 +73,8 @@ static ngx_int_t ngx_http_idempotency_capture(ngx_http_idempotency_ctx_t *ctx,
     u_char *data, size_t size);
 static void ngx_http_idempotency_captured(ngx_http_idempotency_ctx_t *ctx,
     ngx_uint_t last);
+static void ngx_http_idempotency_capture_trailers(
+    ngx_http_idempotency_ctx_t *ctx);
 static void ngx_http_idempotency_defer_start(ngx_http_idempotency_ctx_t *ctx);
 static ngx_int_t ngx_http_idempotency_defer(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_chain_t *in);
@@ -144,15 +149,8 @@ ngx_http_idempotency_header_filter(ngx_http_request_t *r)
          * header): the first client gets it, a retry learns the outcome
          * is unknown once it is recorded */
 
-        if (ngx_http_idempotency_filter_unsure(ctx, "no complete response "
-                                               "came back from the upstream")
-            == NGX_OK
-            && !r->connection->error)
-        {
-            ngx_http_idempotency_defer_start(ctx);
-        }
-
-        return ngx_http_next_header_filter(r);
+        return ngx_http_idempotency_header_unsure(r, ctx, "no complete "
+                                        "response came back from the upstream");
 
     case NGX_HTTP_IDEMPOTENCY_REPLACED:
         ngx_http_idempotency_replaced(ctx, status);
@@ -173,6 +171,24 @@ ngx_http_idempotency_header_filter(ngx_http_request_t *r)
     {
         ngx_http_idempotency_release(ctx, "response not kept");
         return ngx_http_next_header_filter(r);
+    }
+
+    /* a trailers-only gRPC status (grpc.c): the call never ran, or was
+     * given up on; any other is the call's answer */
+
+    switch (ngx_http_idempotency_grpc_outcome(r, 0)) {
+
+    case NGX_HTTP_IDEMPOTENCY_NOT_SENT:
+        ngx_http_idempotency_release(ctx, "a gRPC status that says the "
+                                     "call did not run");
+        return ngx_http_next_header_filter(r);
+
+    case NGX_HTTP_IDEMPOTENCY_UNSURE:
+        return ngx_http_idempotency_header_unsure(r, ctx, "the gRPC server "
+                                        "gave up on the call (its status)");
+
+    default:
+        break;
     }
 
     if (ngx_http_idempotency_capture_start(r, ctx) != NGX_OK) {
@@ -222,6 +238,23 @@ ngx_http_idempotency_header_filter(ngx_http_request_t *r)
     }
 
     return rc;
+}
+
+
+/* the response passes on; its end waits for the unknown outcome to be
+ * recorded, so that a retry at once learns it */
+
+static ngx_int_t
+ngx_http_idempotency_header_unsure(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, const char *why)
+{
+    if (ngx_http_idempotency_filter_unsure(ctx, why) == NGX_OK
+        && !r->connection->error)
+    {
+        ngx_http_idempotency_defer_start(ctx);
+    }
+
+    return ngx_http_next_header_filter(r);
 }
 
 
@@ -793,20 +826,26 @@ static void
 ngx_http_idempotency_captured(ngx_http_idempotency_ctx_t *ctx,
     ngx_uint_t last)
 {
+    ngx_int_t            rc;
     ngx_http_request_t  *r;
 
     if (!ctx->capture.active) {
         return;
     }
 
+    r = ctx->request;
+
+    /* an upstream that passes trailers (grpc_pass) has them set when
+     * its last buffer passes, after the last byte of a known length */
+
     if (!last
         && !(ctx->capture.expect_len >= 0
-             && (off_t) ctx->capture.body_len >= ctx->capture.expect_len))
+             && (off_t) ctx->capture.body_len >= ctx->capture.expect_len
+             && !(r->upstream && r->upstream->conf->pass_trailers)))
     {
         return;
     }
 
-    r = ctx->request;
     ctx->capture.active = 0;
 
     if (ctx->capture.expect_len >= 0
@@ -817,24 +856,52 @@ ngx_http_idempotency_captured(ngx_http_idempotency_ctx_t *ctx,
                       "(%uz of %O bytes)", &ctx->key_id,
                       ctx->capture.body_len, ctx->capture.expect_len);
 
-        if (ngx_http_idempotency_filter_unsure(ctx,
-                                               "its response was truncated")
-            != NGX_OK)
-        {
-            return;
-        }
+        rc = ngx_http_idempotency_filter_unsure(ctx,
+                                                "its response was truncated");
 
-    } else if (ngx_http_idempotency_complete(ctx,
-                                             NGX_HTTP_IDEMPOTENCY_ROW_DONE,
-                                             ngx_http_idempotency_committed)
-               != NGX_OK)
+    } else if (ngx_http_idempotency_grpc_outcome(r, 1)
+               == NGX_HTTP_IDEMPOTENCY_UNSURE)
     {
+        rc = ngx_http_idempotency_filter_unsure(ctx, "the gRPC server gave "
+                                                "up on the call (its status)");
+
+    } else {
+        ngx_http_idempotency_capture_trailers(ctx);
+        rc = ngx_http_idempotency_complete(ctx, NGX_HTTP_IDEMPOTENCY_ROW_DONE,
+                                           ngx_http_idempotency_committed);
+    }
+
+    if (rc == NGX_OK && !ctx->filter.gone) {
+        ngx_http_idempotency_defer_start(ctx);
+    }
+}
+
+
+/* the response's trailers, for the record (record.h, format 3) */
+
+static void
+ngx_http_idempotency_capture_trailers(ngx_http_idempotency_ctx_t *ctx)
+{
+    ngx_int_t  rc;
+
+    if (ctx->capture.too_large) {
         return;
     }
 
-    if (!ctx->filter.gone) {
-        ngx_http_idempotency_defer_start(ctx);
+    rc = ngx_http_idempotency_record_trailers(ctx->request, ctx->capture.pool,
+                                              &ctx->capture.trailers);
+
+    if (rc == NGX_OK) {
+        return;
     }
+
+    ngx_log_error(NGX_LOG_WARN, ctx->request->connection->log, 0,
+                  "idempotency: the trailers of the response of key %V %s: "
+                  "recorded as executed, not stored", &ctx->key_id,
+                  rc == NGX_DECLINED ? "have one that is never replayed"
+                                     : "cannot be recorded");
+
+    ctx->capture.too_large = 1;
 }
 
 

@@ -28,6 +28,7 @@ typedef struct {
     ngx_str_t                          head;
     ngx_chain_t                       *body;
     ngx_chain_t                       *tail;
+    ngx_str_t                          trailers;   /* record.h's block */
     size_t                             body_len;
     off_t                              expect_len;
     ngx_uint_t                         status;     /* the response's */

@@ -11,6 +11,7 @@
 
 
 #include "ngx_http_idempotency_problem.h"
+#include "ngx_http_idempotency_grpc.h"
 
 
 /* the texts are the module's own; a detail is JSON-escaped when sent,
@@ -30,6 +31,9 @@ typedef struct {
 static ngx_int_t ngx_http_idempotency_problem_out(ngx_http_request_t *r,
     ngx_http_idempotency_problem_e problem, ngx_str_t *detail,
     ngx_str_t *members, time_t retry_after);
+static ngx_int_t ngx_http_idempotency_problem_grpc(ngx_http_request_t *r,
+    ngx_http_idempotency_problem_e problem, ngx_str_t *detail,
+    time_t retry_after);
 
 static ngx_http_idempotency_problem_t  ngx_http_idempotency_problems[] = {
 
@@ -139,6 +143,49 @@ NGX_HTTP_IDEMPOTENCY_TABLE_CHECK(ngx_http_idempotency_problems,
                                  NGX_HTTP_IDEMPOTENCY_NPROBLEMS);
 
 
+/*
+ * A gRPC call gets the same answers as gRPC statuses, in a trailers-only
+ * response (HTTP 200), which every gRPC client reads as the call's end:
+ * a client's mistake is INVALID_ARGUMENT (or UNAUTHENTICATED for no
+ * identity to scope the key to); a key used for another call
+ * FAILED_PRECONDITION; a key still in progress ABORTED, the store down
+ * UNAVAILABLE, both with grpc-retry-pushback-ms; an executed call whose
+ * answer is not stored ALREADY_EXISTS; an outcome nobody knows UNKNOWN.
+ * grpc-message is the problem's title and detail.
+ */
+static ngx_http_idempotency_grpc_code_e  ngx_http_idempotency_grpc_problems[]
+    = {
+    [NGX_HTTP_IDEMPOTENCY_P_MISSING] =
+        NGX_HTTP_IDEMPOTENCY_GRPC_INVALID_ARGUMENT,
+    [NGX_HTTP_IDEMPOTENCY_P_INVALID] =
+        NGX_HTTP_IDEMPOTENCY_GRPC_INVALID_ARGUMENT,
+    [NGX_HTTP_IDEMPOTENCY_P_MISMATCH] =
+        NGX_HTTP_IDEMPOTENCY_GRPC_FAILED_PRECONDITION,
+    [NGX_HTTP_IDEMPOTENCY_P_CONFLICT] = NGX_HTTP_IDEMPOTENCY_GRPC_ABORTED,
+    [NGX_HTTP_IDEMPOTENCY_P_UNSTORED] =
+        NGX_HTTP_IDEMPOTENCY_GRPC_ALREADY_EXISTS,
+    [NGX_HTTP_IDEMPOTENCY_P_STORE] = NGX_HTTP_IDEMPOTENCY_GRPC_UNAVAILABLE,
+    [NGX_HTTP_IDEMPOTENCY_P_SCOPE] = NGX_HTTP_IDEMPOTENCY_GRPC_UNAUTHENTICATED,
+    [NGX_HTTP_IDEMPOTENCY_P_NOT_ISSUED] =
+        NGX_HTTP_IDEMPOTENCY_GRPC_INVALID_ARGUMENT,
+    [NGX_HTTP_IDEMPOTENCY_P_UNKNOWN] = NGX_HTTP_IDEMPOTENCY_GRPC_UNKNOWN,
+
+    /* the operator API is not called over gRPC; for completeness */
+
+    [NGX_HTTP_IDEMPOTENCY_P_ADMIN_REQUEST] =
+        NGX_HTTP_IDEMPOTENCY_GRPC_INVALID_ARGUMENT,
+    [NGX_HTTP_IDEMPOTENCY_P_ADMIN_METHOD] =
+        NGX_HTTP_IDEMPOTENCY_GRPC_UNIMPLEMENTED,
+    [NGX_HTTP_IDEMPOTENCY_P_NOT_FOUND] = NGX_HTTP_IDEMPOTENCY_GRPC_NOT_FOUND,
+    [NGX_HTTP_IDEMPOTENCY_P_CHANGED] = NGX_HTTP_IDEMPOTENCY_GRPC_ABORTED,
+    [NGX_HTTP_IDEMPOTENCY_P_NOT_APPLICABLE] =
+        NGX_HTTP_IDEMPOTENCY_GRPC_FAILED_PRECONDITION
+};
+
+NGX_HTTP_IDEMPOTENCY_TABLE_CHECK(ngx_http_idempotency_grpc_problems,
+                                 NGX_HTTP_IDEMPOTENCY_NPROBLEMS);
+
+
 ngx_int_t
 ngx_http_idempotency_problem(ngx_http_request_t *r,
     ngx_http_idempotency_problem_e problem, time_t retry_after)
@@ -184,6 +231,11 @@ ngx_http_idempotency_problem_out(ngx_http_request_t *r,
 
     if (detail == NULL) {
         detail = &p->detail;
+    }
+
+    if (ngx_http_idempotency_grpc_request(r)) {
+        return ngx_http_idempotency_problem_grpc(r, problem, detail,
+                                                 retry_after);
     }
 
     /* a detail of the caller's may quote what a client sent */
@@ -244,6 +296,74 @@ ngx_http_idempotency_problem_out(ngx_http_request_t *r,
     }
 
     return ngx_http_idempotency_send(r, b);
+}
+
+
+/* the problem as a trailers-only gRPC response: no body, its end is
+ * the header (HTTP/2 ends the stream with it) */
+
+static ngx_int_t
+ngx_http_idempotency_problem_grpc(ngx_http_request_t *r,
+    ngx_http_idempotency_problem_e problem, ngx_str_t *detail,
+    time_t retry_after)
+{
+    u_char                          *t;
+    ngx_str_t                        text, value;
+    ngx_http_idempotency_problem_t  *p;
+
+    static ngx_str_t  grpc_status = ngx_string("grpc-status");
+    static ngx_str_t  grpc_message = ngx_string("grpc-message");
+    static ngx_str_t  pushback = ngx_string("grpc-retry-pushback-ms");
+
+    p = &ngx_http_idempotency_problems[problem];
+
+    text.len = p->title.len + sizeof(": ") - 1 + detail->len;
+    text.data = ngx_pnalloc(r->pool, text.len + NGX_INT_T_LEN
+                                        + NGX_TIME_T_LEN + 3);
+    if (text.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    t = ngx_cpymem(text.data, p->title.data, p->title.len);
+    t = ngx_cpymem(t, ": ", 2);
+    ngx_memcpy(t, detail->data, detail->len);
+
+    if (ngx_http_idempotency_grpc_message(r->pool, &text, &value) != NGX_OK
+        || ngx_http_idempotency_add_header(r, &grpc_message, &value)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    /* the status and the pushback in what is left of text's memory */
+
+    value.data = text.data + text.len;
+    value.len = ngx_sprintf(value.data, "%ui",
+                            (ngx_uint_t) ngx_http_idempotency_grpc_problems
+                                                             [problem])
+                - value.data;
+
+    if (ngx_http_idempotency_add_header(r, &grpc_status, &value) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (retry_after > 0) {
+        value.data += value.len;
+        value.len = ngx_sprintf(value.data, "%T000", retry_after)
+                    - value.data;
+
+        if (ngx_http_idempotency_add_header(r, &pushback, &value) != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
+
+    r->headers_out.status = NGX_HTTP_OK;
+    r->headers_out.content_length_n = 0;
+    ngx_str_set(&r->headers_out.content_type, "application/grpc");
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    r->headers_out.content_type_lowcase = NULL;
+
+    return ngx_http_idempotency_send(r, NULL);
 }
 
 

@@ -86,6 +86,16 @@ static ngx_uint_t ngx_http_idempotency_skip(ngx_array_t *skip,
     ngx_str_t *name);
 static const char *ngx_http_idempotency_header_bad(ngx_str_t *name,
     ngx_str_t *value);
+static const char *ngx_http_idempotency_trailer_bad(ngx_str_t *name,
+    ngx_str_t *value);
+static ngx_int_t ngx_http_idempotency_field_size(ngx_table_elt_t *h,
+    const char *(*bad)(ngx_str_t *name, ngx_str_t *value), size_t *len);
+static ngx_int_t ngx_http_idempotency_parse_fields(ngx_pool_t *pool,
+    u_char **pp, u_char *last, ngx_array_t *fields);
+static ngx_int_t ngx_http_idempotency_trailers_apply(ngx_http_request_t *r,
+    ngx_http_idempotency_record_t *rec);
+static ngx_table_elt_t *ngx_http_idempotency_push_field(ngx_list_t *list,
+    ngx_keyval_t *kv);
 
 
 static ngx_str_t  ngx_http_idempotency_content_type =
@@ -257,6 +267,7 @@ ngx_http_idempotency_head_size(ngx_http_request_t *r, ngx_array_t *skip,
     size_t *lenp, ngx_uint_t *np, size_t *ctlenp, ngx_uint_t *format2p)
 {
     size_t            len, ctlen;
+    ngx_int_t         rc;
     ngx_uint_t        i, n, format2;
     ngx_list_part_t  *part;
     ngx_table_elt_t  *h;
@@ -338,17 +349,12 @@ ngx_http_idempotency_head_size(ngx_http_request_t *r, ngx_array_t *skip,
             continue;
         }
 
-        if (ngx_http_idempotency_header_bad(&h->key, &h->value)) {
-            return NGX_DECLINED;
+        rc = ngx_http_idempotency_field_size(h,
+                                     ngx_http_idempotency_header_bad, &len);
+        if (rc != NGX_OK) {
+            return rc;
         }
 
-        /* the format frames names in 16 bits and values in 32 */
-
-        if (h->key.len > 0xffff || h->value.len > 0xffffffff) {
-            return NGX_ERROR;
-        }
-
-        len += 2 + h->key.len + 4 + h->value.len;
         n++;
 
         if (ngx_http_idempotency_completed_location(r, h)) {
@@ -385,6 +391,30 @@ ngx_http_idempotency_put_field(u_char *p, ngx_str_t *name, u_char *value,
 }
 
 
+/*
+ * A header or trailer adds its field's size to *len: NGX_DECLINED for
+ * what bad() refuses, NGX_ERROR for what the format cannot frame (names
+ * in 16 bits, values in 32).
+ */
+
+static ngx_int_t
+ngx_http_idempotency_field_size(ngx_table_elt_t *h,
+    const char *(*bad)(ngx_str_t *name, ngx_str_t *value), size_t *len)
+{
+    if (bad(&h->key, &h->value)) {
+        return NGX_DECLINED;
+    }
+
+    if (h->key.len > 0xffff || h->value.len > 0xffffffff) {
+        return NGX_ERROR;
+    }
+
+    *len += 2 + h->key.len + 4 + h->value.len;
+
+    return NGX_OK;
+}
+
+
 void
 ngx_http_idempotency_record_body_len(u_char *p, size_t len)
 {
@@ -393,55 +423,188 @@ ngx_http_idempotency_record_body_len(u_char *p, size_t len)
 
 
 ngx_int_t
+ngx_http_idempotency_record_trailers(ngx_http_request_t *r, ngx_pool_t *pool,
+    ngx_str_t *out)
+{
+    u_char           *p;
+    size_t            len;
+    ngx_int_t         rc;
+    ngx_uint_t        i, n;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h;
+
+    ngx_str_null(out);
+
+    len = 2;
+    n = 0;
+    part = &r->headers_out.trailers.part;
+    i = 0;
+
+    while ((h = ngx_http_idempotency_next_header(&part, &i)) != NULL) {
+        if (h->hash == 0) {
+            continue;
+        }
+
+        rc = ngx_http_idempotency_field_size(h,
+                                     ngx_http_idempotency_trailer_bad, &len);
+        if (rc != NGX_OK) {
+            return rc;
+        }
+
+        n++;
+    }
+
+    if (n == 0) {
+        return NGX_OK;
+    }
+
+    if (n > 0xffff) {
+        return NGX_ERROR;
+    }
+
+    p = ngx_pnalloc(pool, len);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    out->data = p;
+    out->len = len;
+
+    p = ngx_http_idempotency_put_be(p, n, 2);
+
+    part = &r->headers_out.trailers.part;
+    i = 0;
+
+    while ((h = ngx_http_idempotency_next_header(&part, &i)) != NULL) {
+        if (h->hash) {
+            p = ngx_http_idempotency_put_field(p, &h->key, h->value.data,
+                                               h->value.len);
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_idempotency_record_has_trailers(u_char *p)
+{
+    ngx_memcpy(p, NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC3,
+               sizeof(NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC3) - 1);
+}
+
+
+ngx_int_t
 ngx_http_idempotency_record_parse(ngx_pool_t *pool, u_char *data, size_t len,
     ngx_http_idempotency_record_t *rec)
 {
-    u_char        *p, *last;
-    size_t         size;
-    ngx_uint_t     i, n;
-    ngx_keyval_t  *kv;
+    u_char      *p, *last;
+    size_t       size;
+    ngx_uint_t   format3;
 
     p = data;
     last = data + len;
 
-#define ngx_http_idempotency_need(k)                                         \
-    if ((size_t) (last - p) < (size_t) (k)) {                                \
-        return NGX_ERROR;                                                    \
+    if (len < 8) {
+        return NGX_ERROR;
     }
 
-    ngx_http_idempotency_need(8);
+    /* formats 2 and 3 are format 1 with more fields (record.h) */
 
-    /* format 2 is format 1 with more pseudo-headers (record.h) */
+    format3 = (ngx_memcmp(p, NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC3, 4) == 0);
 
-    if (ngx_memcmp(p, NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC, 4) != 0
+    if (!format3
+        && ngx_memcmp(p, NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC, 4) != 0
         && ngx_memcmp(p, NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC2, 4) != 0)
     {
         return NGX_ERROR;
     }
 
     rec->status = ngx_http_idempotency_get_be(p + 4, 2);
-    n = ngx_http_idempotency_get_be(p + 6, 2);
-    p += 8;
+    p += 6;
 
     if (rec->status < 100 || rec->status > 999) {
         return NGX_ERROR;
     }
 
-    /* a header takes 7 bytes at least: no allocation for a count the
+    if (ngx_http_idempotency_parse_fields(pool, &p, last, &rec->headers)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    if ((size_t) (last - p) < 4) {
+        return NGX_ERROR;
+    }
+
+    size = ngx_http_idempotency_get_be(p, 4);
+    p += 4;
+
+    if ((size_t) (last - p) < size
+        || (!format3 && (size_t) (last - p) != size))
+    {
+        return NGX_ERROR;
+    }
+
+    rec->body.data = p;
+    rec->body.len = size;
+    p += size;
+
+    if (!format3) {
+        return ngx_array_init(&rec->trailers, pool, 1, sizeof(ngx_keyval_t));
+    }
+
+    /* format 3: one trailer at least, and nothing after them */
+
+    if (ngx_http_idempotency_parse_fields(pool, &p, last, &rec->trailers)
+        != NGX_OK
+        || rec->trailers.nelts == 0
+        || p != last)
+    {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/* u16 n, then n fields: into fields (pointing into the input) */
+
+static ngx_int_t
+ngx_http_idempotency_parse_fields(ngx_pool_t *pool, u_char **pp,
+    u_char *last, ngx_array_t *fields)
+{
+    u_char        *p;
+    size_t         size;
+    ngx_uint_t     i, n;
+    ngx_keyval_t  *kv;
+
+    p = *pp;
+
+#define ngx_http_idempotency_need(k)                                         \
+    if ((size_t) (last - p) < (size_t) (k)) {                                \
+        return NGX_ERROR;                                                    \
+    }
+
+    ngx_http_idempotency_need(2);
+    n = ngx_http_idempotency_get_be(p, 2);
+    p += 2;
+
+    /* a field takes 7 bytes at least: no allocation for a count the
      * record cannot hold */
 
     if (n > (size_t) (last - p) / 7) {
         return NGX_ERROR;
     }
 
-    if (ngx_array_init(&rec->headers, pool, n ? n : 1, sizeof(ngx_keyval_t))
+    if (ngx_array_init(fields, pool, n ? n : 1, sizeof(ngx_keyval_t))
         != NGX_OK)
     {
         return NGX_ERROR;
     }
 
     for (i = 0; i < n; i++) {
-        kv = ngx_array_push(&rec->headers);
+        kv = ngx_array_push(fields);
         if (kv == NULL) {
             return NGX_ERROR;
         }
@@ -470,18 +633,9 @@ ngx_http_idempotency_record_parse(ngx_pool_t *pool, u_char *data, size_t len,
         p += size;
     }
 
-    ngx_http_idempotency_need(4);
-    size = ngx_http_idempotency_get_be(p, 4);
-    p += 4;
-
-    if ((size_t) (last - p) != size) {
-        return NGX_ERROR;
-    }
-
 #undef ngx_http_idempotency_need
 
-    rec->body.data = p;
-    rec->body.len = size;
+    *pp = p;
 
     return NGX_OK;
 }
@@ -563,18 +717,10 @@ ngx_http_idempotency_record_apply(ngx_http_request_t *r,
             continue;
         }
 
-        h = ngx_list_push(&r->headers_out.headers);
+        h = ngx_http_idempotency_push_field(&r->headers_out.headers, &kv[i]);
         if (h == NULL) {
             return NGX_ERROR;
         }
-
-        h->hash = 1;
-        h->key = kv[i].key;
-        h->value = kv[i].value;
-        h->lowcase_key = NULL;
-#if (nginx_version >= 1023000)
-        h->next = NULL;
-#endif
 
         /*
          * Location as nginx's upstream leaves it: r->headers_out.location
@@ -601,6 +747,65 @@ ngx_http_idempotency_record_apply(ngx_http_request_t *r,
             return NGX_ERROR;
         }
     }
+
+    return ngx_http_idempotency_trailers_apply(r, rec);
+}
+
+
+/* a record's field as a live header of list (pointing into the record) */
+
+static ngx_table_elt_t *
+ngx_http_idempotency_push_field(ngx_list_t *list, ngx_keyval_t *kv)
+{
+    ngx_table_elt_t  *h;
+
+    h = ngx_list_push(list);
+    if (h == NULL) {
+        return NULL;
+    }
+
+    h->hash = 1;
+    h->key = kv->key;
+    h->value = kv->value;
+    h->lowcase_key = NULL;
+#if (nginx_version >= 1023000)
+    h->next = NULL;
+#endif
+
+    return h;
+}
+
+
+/*
+ * The trailers, in their order, as the upstream passes them on; a
+ * response that has them goes without Content-Length (chunked over
+ * HTTP/1.1, as nginx frames any response with trailers), and over
+ * HTTP/2 its header does not end the stream.
+ */
+
+static ngx_int_t
+ngx_http_idempotency_trailers_apply(ngx_http_request_t *r,
+    ngx_http_idempotency_record_t *rec)
+{
+    ngx_uint_t     i;
+    ngx_keyval_t  *kv;
+
+    if (rec->trailers.nelts == 0 || r->method == NGX_HTTP_HEAD) {
+        return NGX_OK;
+    }
+
+    kv = rec->trailers.elts;
+
+    for (i = 0; i < rec->trailers.nelts; i++) {
+        if (ngx_http_idempotency_push_field(&r->headers_out.trailers, &kv[i])
+            == NULL)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    r->headers_out.content_length_n = -1;
+    r->expect_trailers = 1;
 
     return NGX_OK;
 }
@@ -766,7 +971,30 @@ ngx_http_idempotency_record_validate(ngx_http_idempotency_record_t *rec,
         }
     }
 
+    kv = rec->trailers.elts;
+
+    for (i = 0; i < rec->trailers.nelts; i++) {
+        *why = ngx_http_idempotency_trailer_bad(&kv[i].key, &kv[i].value);
+
+        if (*why) {
+            return NGX_ERROR;
+        }
+    }
+
     return NGX_OK;
+}
+
+
+/* a trailer: what a header may be, but never a pseudo-header */
+
+static const char *
+ngx_http_idempotency_trailer_bad(ngx_str_t *name, ngx_str_t *value)
+{
+    if (name->len && name->data[0] == ':') {
+        return "a pseudo-header among the trailers";
+    }
+
+    return ngx_http_idempotency_header_bad(name, value);
 }
 
 

@@ -30,6 +30,13 @@
  *     ":override-charset"
  *                  the charset the backend named in X-Accel-Charset
  *                  (r->headers_out.override_charset)
+ *
+ * Format 3 ("IDR3") is format 2 with the response's trailers after the
+ * body, written only for a response that has trailers:
+ *
+ *     u32 body length, body
+ *     u16 t (1 or more), t times: u16 name length, name,
+ *                                  u32 value length, value
  */
 
 
@@ -42,6 +49,7 @@
 
 #define NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC     "IDR1"
 #define NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC2    "IDR2"
+#define NGX_HTTP_IDEMPOTENCY_RECORD_MAGIC3    "IDR3"
 #define NGX_HTTP_IDEMPOTENCY_RECORD_LENGTH    ":length"
 #define NGX_HTTP_IDEMPOTENCY_RECORD_LOCATION  ":location"
 #define NGX_HTTP_IDEMPOTENCY_RECORD_OVERRIDE  ":override-charset"
@@ -51,6 +59,7 @@ typedef struct {
     ngx_uint_t    status;
     ngx_array_t   headers;      /* of ngx_keyval_t, pointing into data */
     ngx_str_t     body;
+    ngx_array_t   trailers;     /* of ngx_keyval_t; nelts 0: none */
 } ngx_http_idempotency_record_t;
 
 
@@ -62,6 +71,18 @@ ngx_int_t ngx_http_idempotency_record_head(ngx_http_request_t *r,
 
 /* the 4 bytes that frame a body of len bytes */
 void ngx_http_idempotency_record_body_len(u_char *p, size_t len);
+
+/*
+ * The trailer block of r's response (r->headers_out.trailers, as the
+ * upstream passed them), in pool: out->len 0 when it has none.
+ * NGX_DECLINED: a trailer ngx_http_idempotency_record_validate() would
+ * refuse; NGX_ERROR: no memory, or more than the format frames.
+ */
+ngx_int_t ngx_http_idempotency_record_trailers(ngx_http_request_t *r,
+    ngx_pool_t *pool, ngx_str_t *out);
+
+/* a record whose head starts at p gets a trailer block after its body */
+void ngx_http_idempotency_record_has_trailers(u_char *p);
 
 /* parses data (not copied); NGX_ERROR on any malformed input */
 ngx_int_t ngx_http_idempotency_record_parse(ngx_pool_t *pool, u_char *data,
@@ -77,8 +98,8 @@ ngx_int_t ngx_http_idempotency_record_parse(ngx_pool_t *pool, u_char *data,
 ngx_int_t ngx_http_idempotency_record_validate(
     ngx_http_idempotency_record_t *rec, const char **why);
 
-/* sets r's status and headers from the record, as nginx's upstream sets
- * them from the backend's response */
+/* sets r's status, headers and trailers from the record, as nginx's
+ * upstream sets them from the backend's response */
 ngx_int_t ngx_http_idempotency_record_apply(ngx_http_request_t *r,
     ngx_http_idempotency_record_t *rec);
 

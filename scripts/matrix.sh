@@ -20,7 +20,8 @@
 # objects, obj/nginx), the module's .so, build.log and test.log.
 #
 # Environment: the ports of `make test` (MYSQL_PORT, MYSQL2_PORT,
-# REDIS_PORT, TEST_BACKEND_PORT, TEST_NGINX_PORT, PHPFPM_PORT, UWSGI_PORT),
+# REDIS_PORT, TEST_BACKEND_PORT, TEST_NGINX_PORT, PHPFPM_PORT, UWSGI_PORT,
+# TEST_GRPC_PORT),
 # TEST_FILES and PROVE_FLAGS are passed on to each run; the fault run
 # that ends `make test` (scripts/faults/, fixed ports) is left out unless
 # FAULTS_TEST=1.
@@ -53,7 +54,7 @@ FLAGS=(--with-threads --with-http_ssl_module --with-http_v2_module
 
 PORTS=()
 for v in MYSQL_PORT MYSQL2_PORT REDIS_PORT TEST_BACKEND_PORT TEST_NGINX_PORT \
-         PHPFPM_PORT UWSGI_PORT; do
+         PHPFPM_PORT UWSGI_PORT TEST_GRPC_PORT; do
     [ -n "${!v:-}" ] && PORTS+=("$v=${!v}")
 done
 

@@ -3,7 +3,8 @@
 # SPDX-License-Identifier: BSD-2-Clause
 #
 # Install the npm packages used by the Node.js test clients in t/tools/
-# (t/tools/stripe-retry.js needs the official Stripe Node library).
+# (t/tools/stripe-retry.js needs the official Stripe Node library;
+# t/tools/grpc-server.js and grpc-call.js need @grpc/grpc-js).
 #
 #   scripts/node-deps.sh           install what is missing (quiet when nothing is)
 #   scripts/node-deps.sh --check   exit 1 (with a message) if something is missing
@@ -19,7 +20,7 @@ NODE_DIR=${IDEM_NODE_DIR:-$ROOT/build/node}
 
 # exact versions, name@version
 # stripe 18 is the last major that runs on Debian 12's Node.js 18
-PACKAGES=(stripe@18.5.0)
+PACKAGES=(stripe@18.5.0 @grpc/grpc-js@1.14.7)
 
 die() { echo "node-deps: $*" >&2; exit 1; }
 

@@ -28,8 +28,11 @@ if ! flock -n 9; then
     flock 9
 fi
 
+GRPC_PIDFILE=$TDIR/grpc.pid
+
 stop_backend() {
     scripts/services.sh backend stop "$PIDFILE" -q 9>&- || true
+    scripts/services.sh grpc stop "$GRPC_PIDFILE" -q 9>&- || true
 }
 trap stop_backend EXIT
 trap 'exit 130' INT TERM
@@ -38,6 +41,12 @@ scripts/services.sh reset >/dev/null 9>&- || exit 1
 : > "$LOGFILE"
 scripts/services.sh backend restart "$TEST_NGINX_BACKEND_PORT" "$PIDFILE" "$LOGFILE" \
     >/dev/null 9>&- || exit 1
+# the gRPC backend (t/090), when its npm package is there
+if [ -n "${TEST_NGINX_GRPC_PORT:-}" ] && scripts/node-deps.sh --check 2>/dev/null 9>&-; then
+    : > "$TDIR/grpc.log"
+    scripts/services.sh grpc restart "$TEST_NGINX_GRPC_PORT" "$GRPC_PIDFILE" \
+        "$TDIR/grpc.log" >/dev/null 9>&- || exit 1
+fi
 
 # The framework: an installed Test::Nginx (or one PERL5LIB names), else
 # the snapshot of OpenResty's beside the project (../shared/test-nginx, as

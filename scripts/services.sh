@@ -72,6 +72,12 @@
 # The demo/test backend (backend/app.py) in the background.  start reuses
 # a running one, restart always starts a fresh one.
 #
+#   scripts/services.sh grpc start|restart PORT PIDFILE LOGFILE
+#   scripts/services.sh grpc stop|status PIDFILE [-q]
+#
+# The gRPC test backend (t/tools/grpc-server.js, @grpc/grpc-js from
+# scripts/node-deps.sh) on 127.0.0.1:PORT, in the background.
+#
 # The system instances (/var/lib/mysql, /etc/mysql, ports 3306/6379) are
 # never used: every client and server call passes --no-defaults and
 # explicit paths.
@@ -903,6 +909,73 @@ backend_cmd() {
     esac
 }
 
+# ------------------------------------------------------------ gRPC server
+
+GRPC_APP=$ROOT/t/tools/grpc-server.js
+
+grpc_pid() {        # pidfile -> pid of a live grpc-server.js
+    local pid
+    [ -s "$1" ] || return 1
+    pid=$(tr -dc '0-9' < "$1")
+    [ -n "$pid" ] && alive "$pid" || return 1
+    tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q 'grpc-server\.js' \
+        || return 1
+    echo "$pid"
+}
+
+grpc_stop() {
+    local pidfile=$1 quiet=${2:-} pid
+    if pid=$(grpc_pid "$pidfile"); then
+        kill "$pid" 2>/dev/null || true
+        wait_gone "$pid" 5 || true
+        [ -n "$quiet" ] || echo "grpc: stopped (pid $pid)"
+    else
+        [ -n "$quiet" ] || echo "grpc: not running"
+    fi
+    rm -f "$pidfile"
+}
+
+grpc_start() {
+    local port=$1 pidfile=$2 logfile=$3 pid i
+    [ -n "$port" ] && [ -n "$pidfile" ] && [ -n "$logfile" ] \
+        || die "usage: $0 grpc start PORT PIDFILE LOGFILE"
+    if pid=$(grpc_pid "$pidfile"); then
+        echo "grpc: running (pid $pid, 127.0.0.1:$port)"
+        return 0
+    fi
+    command -v node >/dev/null 2>&1 || die "node not found (scripts/deps.sh)"
+    "$ROOT/scripts/node-deps.sh" --check 9>&- || die "grpc: scripts/node-deps.sh first"
+    mkdir -p "$(dirname "$pidfile")" "$(dirname "$logfile")"
+    rm -f "$pidfile"
+
+    setsid node "$GRPC_APP" --port "$port" --pidfile "$pidfile" --log "$logfile" \
+        </dev/null >>"$logfile" 2>&1 9>&- &
+    local spid=$!
+
+    # the pid file is written once the server listens
+    for ((i = 0; i < 100; i++)); do
+        alive "$spid" || { tail -n 15 "$logfile" >&2
+                           die "grpc: exited at startup (port $port busy?)"; }
+        [ -s "$pidfile" ] && break
+        sleep 0.1
+    done
+    [ -s "$pidfile" ] || die "grpc: no answer on port $port"
+    echo "grpc: started (pid $spid, 127.0.0.1:$port, log $logfile)"
+}
+
+grpc_cmd() {
+    case ${1:-} in
+        start)   grpc_start "${2:-}" "${3:-}" "${4:-}" ;;
+        restart) grpc_stop "${3:?pidfile}" -q
+                 grpc_start "${2:-}" "${3:-}" "${4:-}" ;;
+        stop)    grpc_stop "${2:?pidfile}" "${3:-}" ;;
+        status)  grpc_pid "${2:?pidfile}" >/dev/null \
+                     && echo "grpc: running" || { echo "grpc: stopped"; return 1; } ;;
+        *) echo "usage: $0 grpc start|restart PORT PIDFILE LOGFILE | stop|status PIDFILE [-q]" >&2
+           exit 2 ;;
+    esac
+}
+
 # ------------------------------------------------------------------- main
 
 print_env() {
@@ -942,6 +1015,7 @@ usage: $0 start|stop|restart|status|reset|env
        $0 redis start|stop|status|reset DIR [OPTION...] [-- REDIS-SERVER-OPTION...]
        $0 php-fpm|uwsgi start|stop|status|reset
        $0 backend start|restart PORT PIDFILE LOGFILE | stop|status PIDFILE [-q]
+       $0 grpc start|restart PORT PIDFILE LOGFILE | stop|status PIDFILE [-q]
 EOF
     exit 2
 }
@@ -994,5 +1068,6 @@ case $cmd in
             *)      usage ;;
         esac ;;
     backend) backend_cmd "$@" ;;
+    grpc)    grpc_cmd "$@" ;;
     *)       usage ;;
 esac
