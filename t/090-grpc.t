@@ -5,7 +5,7 @@
 # an error status stored and replayed, ten concurrent calls of one key,
 # the deadline and the upstream's RST_STREAM never running a call twice,
 # a status that says the call never ran giving the key back, and the
-# module's own answers as gRPC statuses.  Then the
+# module's own answers as gRPC statuses (not to gRPC-Web).  Then the
 # trailers of a gRPC answer to an HTTP/1.1 client: chunked, and the same
 # on the replay; and a trailers-only answer that reaches its client only
 # once its completion is committed.
@@ -236,6 +236,28 @@ for my $mode (qw(fail fail-late)) {
     is($r->{trailing}{'grpc-retry-pushback-ms'}, '1000', '... retry later');
     is(count("$RUN-down"), 0, '... and the call did not run');
 
+    # grpc-web carries its status in the body, where the module reads no
+    # status: not a gRPC call to it, and its answers stay HTTP problems
+    # (which grpc-web clients map by HTTP status)
+    my %want = ('application/grpc+proto' => qr/^grpc-status: 3\r$/m,
+                'application/grpc;charset=x' => qr/^grpc-status: 3\r$/m,
+                'application/grpc-web+proto' =>
+                    qr/^content-type: application\/problem\+json\r$/m,
+                'application/grpc-web-text' =>
+                    qr/^content-type: application\/problem\+json\r$/m,
+                'application/grpcx' =>
+                    qr/^content-type: application\/problem\+json\r$/m);
+    # (no body: curl 7.88 fails a stream that ends before its request)
+    my $curl = "curl -sS -i --http2-prior-knowledge -X POST"
+             . " http://127.0.0.1:$P{mysql}/idem.Payments/Charge";
+    for my $type (sort keys %want) {
+        my $out = `$curl -H 'content-type: $type'`;
+        my $grpc = $type =~ /^application\/grpc[+;]/;
+        like($out, $grpc ? qr{^HTTP/2 200 }m : qr{^HTTP/2 400 }m,
+             "$type, no key: " . ($grpc ? 'a gRPC status' : 'HTTP 400'));
+        like($out, $want{$type}, '... ' . ($grpc ? 'INVALID_ARGUMENT'
+                                                 : 'a problem'));
+    }
 }
 
 # ---- 7. HTTP/1.1: the trailers chunked, the same on the replay
