@@ -61,6 +61,9 @@ static ngx_int_t ngx_http_idempotency_body_filter(ngx_http_request_t *r,
 static ngx_int_t ngx_http_idempotency_capture_start(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx);
 static ngx_uint_t ngx_http_idempotency_header_only(ngx_http_request_t *r);
+static ngx_uint_t ngx_http_idempotency_header_ends(ngx_http_request_t *r);
+static ngx_int_t ngx_http_idempotency_header_defer(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx);
 static ngx_int_t ngx_http_idempotency_header_unsure(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, const char *why);
 static void ngx_http_idempotency_replaced(ngx_http_idempotency_ctx_t *ctx,
@@ -196,32 +199,14 @@ ngx_http_idempotency_header_filter(ngx_http_request_t *r)
         return ngx_http_next_header_filter(r);
     }
 
-    if (ngx_http_idempotency_header_only(r)) {
+    if (ngx_http_idempotency_header_ends(r)) {
 
-        /*
-         * No body follows: the response is complete now, and its header
-         * waits for the completion like the end of any response (over
-         * HTTP/2 the header would end the stream).
-         */
+        /* no body follows, or an empty one: the response is complete
+         * now, and its header waits for the completion */
 
         ngx_http_idempotency_captured(ctx, 1);
 
-        if (ctx->filter.gone) {
-            return NGX_OK;
-        }
-
-        if (ctx->job && ctx->filter.deferring) {
-
-            /* the content handler sends no body after it (a HEAD of a
-             * static file would, and desync a keep-alive connection) */
-
-            r->header_only = 1;
-            ctx->filter.header_deferred = 1;
-            r->buffered |= NGX_HTTP_IDEMPOTENCY_BUFFERED;
-            return NGX_OK;
-        }
-
-        return ngx_http_next_header_filter(r);
+        return ngx_http_idempotency_header_defer(r, ctx);
     }
 
     if (r->connection->error) {
@@ -252,9 +237,48 @@ ngx_http_idempotency_header_unsure(ngx_http_request_t *r,
         && !r->connection->error)
     {
         ngx_http_idempotency_defer_start(ctx);
+
+        if (ngx_http_idempotency_header_ends(r)) {
+            return ngx_http_idempotency_header_defer(r, ctx);
+        }
     }
 
     return ngx_http_next_header_filter(r);
+}
+
+
+/*
+ * The header of a response that has no body, or an empty one, is its
+ * end: over HTTP/2 it ends the stream (a gRPC trailers-only response),
+ * and over HTTP/1.1 it is all a client reading by Content-Length waits
+ * for.  It waits for the completion like the end of any response.
+ */
+
+static ngx_int_t
+ngx_http_idempotency_header_defer(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx)
+{
+    if (ctx->filter.gone) {
+        return NGX_OK;
+    }
+
+    if (!(ctx->job && ctx->filter.deferring)) {
+        return ngx_http_next_header_filter(r);
+    }
+
+    /* the content handler sends no body after it (a HEAD of a static
+     * file would, and desync a keep-alive connection); an empty body's
+     * last buffer waits behind the header, which the filters below
+     * then see as they would have (add_trailer's trailers, chunked) */
+
+    if (ngx_http_idempotency_header_only(r)) {
+        r->header_only = 1;
+    }
+
+    ctx->filter.header_deferred = 1;
+    r->buffered |= NGX_HTTP_IDEMPOTENCY_BUFFERED;
+
+    return NGX_OK;
 }
 
 
@@ -361,6 +385,16 @@ ngx_http_idempotency_header_only(ngx_http_request_t *r)
            || r->method == NGX_HTTP_HEAD
            || r->headers_out.status == NGX_HTTP_NO_CONTENT
            || r->headers_out.status == NGX_HTTP_NOT_MODIFIED;
+}
+
+
+/* a response whose header is all of it: no body, or Content-Length 0 */
+
+static ngx_uint_t
+ngx_http_idempotency_header_ends(ngx_http_request_t *r)
+{
+    return ngx_http_idempotency_header_only(r)
+           || r->headers_out.content_length_n == 0;
 }
 
 

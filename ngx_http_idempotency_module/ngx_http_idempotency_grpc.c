@@ -89,14 +89,31 @@ ngx_http_idempotency_grpc_request(ngx_http_request_t *r)
 }
 
 
-/* application/grpc, application/grpc+proto, application/grpc-web, ... */
+/*
+ * application/grpc, application/grpc+proto, application/grpc;...; not
+ * application/grpc-web..., whose status comes in the body, where the
+ * module reads none, and whose clients read the module's HTTP problems
+ * by their HTTP status
+ */
 
 static ngx_uint_t
 ngx_http_idempotency_grpc_type(ngx_str_t *type)
 {
-    return type->len >= sizeof("application/grpc") - 1
-           && ngx_strncasecmp(type->data, (u_char *) "application/grpc",
-                              sizeof("application/grpc") - 1) == 0;
+    u_char  c;
+    size_t  n;
+
+    n = sizeof("application/grpc") - 1;
+
+    if (type->len < n
+        || ngx_strncasecmp(type->data, (u_char *) "application/grpc", n)
+           != 0)
+    {
+        return 0;
+    }
+
+    c = (type->len == n) ? ';' : type->data[n];
+
+    return c == '+' || c == ';';
 }
 
 

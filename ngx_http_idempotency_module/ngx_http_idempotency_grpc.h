@@ -46,7 +46,8 @@ typedef enum {
 } ngx_http_idempotency_grpc_code_e;
 
 
-/* 1: the request is a gRPC call (Content-Type application/grpc...) */
+/* 1: the request is a gRPC call (Content-Type application/grpc, +... or
+ * ;...: not gRPC-Web) */
 ngx_uint_t ngx_http_idempotency_grpc_request(ngx_http_request_t *r);
 
 /*

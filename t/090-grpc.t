@@ -5,13 +5,16 @@
 # an error status stored and replayed, ten concurrent calls of one key,
 # the deadline and the upstream's RST_STREAM never running a call twice,
 # a status that says the call never ran giving the key back, and the
-# module's own answers as gRPC statuses.  Then the trailers of a gRPC
-# answer to an HTTP/1.1 client: chunked, and the same on the replay.
+# module's own answers as gRPC statuses (not to gRPC-Web).  Then the
+# trailers of a gRPC answer to an HTTP/1.1 client: chunked, and the same
+# on the replay; and a trailers-only answer that reaches its client only
+# once its completion is committed.
 
 use strict;
 use warnings;
 
 use JSON::PP ();
+use POSIX ();
 use Test::More;
 
 use lib 't/stress';
@@ -24,7 +27,7 @@ plan skip_all => 'no gRPC backend (TEST_NGINX_GRPC_PORT, scripts/node-deps.sh)'
     unless $GRPC && -d "$BUILD/node/node_modules/\@grpc/grpc-js";
 
 my %P = (mysql => port(93), shm => port(94), redis => port(95),
-         down => port(96), h1 => port(97));
+         down => port(96), h1 => port(97), slow => port(98));
 my $RUN = "t090-$$";
 my $ngx;
 
@@ -56,7 +59,10 @@ $ngx = IdemStress::Nginx->start(name => 'grpc', port => $P{h1},
                        redis => "127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}",
                        secret => 't090-test-secret-0123456789')
           . store_line('down', 1, connect_timeout => '500ms')
+          . store_line('slow', $mysql, query_timeout => '10s')
           . grpc_server($P{mysql}, 'plain')
+          . grpc_server($P{slow}, 'slow',
+                        "            idempotency_lease 30s;\n")
           . grpc_server($P{shm}, 'zone')
           . grpc_server($P{redis}, 'red')
           . grpc_server($P{down}, 'down')
@@ -229,6 +235,29 @@ for my $mode (qw(fail fail-late)) {
     is($r->{code}, 14, 'the store down: UNAVAILABLE');
     is($r->{trailing}{'grpc-retry-pushback-ms'}, '1000', '... retry later');
     is(count("$RUN-down"), 0, '... and the call did not run');
+
+    # grpc-web carries its status in the body, where the module reads no
+    # status: not a gRPC call to it, and its answers stay HTTP problems
+    # (which grpc-web clients map by HTTP status)
+    my %want = ('application/grpc+proto' => qr/^grpc-status: 3\r$/m,
+                'application/grpc;charset=x' => qr/^grpc-status: 3\r$/m,
+                'application/grpc-web+proto' =>
+                    qr/^content-type: application\/problem\+json\r$/m,
+                'application/grpc-web-text' =>
+                    qr/^content-type: application\/problem\+json\r$/m,
+                'application/grpcx' =>
+                    qr/^content-type: application\/problem\+json\r$/m);
+    # (no body: curl 7.88 fails a stream that ends before its request)
+    my $curl = "curl -sS -i --http2-prior-knowledge -X POST"
+             . " http://127.0.0.1:$P{mysql}/idem.Payments/Charge";
+    for my $type (sort keys %want) {
+        my $out = `$curl -H 'content-type: $type'`;
+        my $grpc = $type =~ /^application\/grpc[+;]/;
+        like($out, $grpc ? qr{^HTTP/2 200 }m : qr{^HTTP/2 400 }m,
+             "$type, no key: " . ($grpc ? 'a gRPC status' : 'HTTP 400'));
+        like($out, $want{$type}, '... ' . ($grpc ? 'INVALID_ARGUMENT'
+                                                 : 'a problem'));
+    }
 }
 
 # ---- 7. HTTP/1.1: the trailers chunked, the same on the replay
@@ -261,6 +290,73 @@ for my $mode (qw(fail fail-late)) {
     my @tails = map { (split /\r\n0\r\n/, $_, 2)[1] // '' } @runs;
     is($tails[1], $tails[0], 'HTTP/1.1: the same trailers, in order');
     is(count($key), 1, 'HTTP/1.1: Charge ran once');
+}
+
+# ---- 8. a trailers-only answer ends the HTTP/2 stream with its header:
+# that header waits for the completion, so that a client that has the
+# answer and retries at once is replayed, not told ABORTED
+
+{
+    my $key = "$RUN-ryw";
+    my $kh = IdemStress::key_hash_hex($key);
+    my $sock = $ENV{TEST_NGINX_MYSQL_SOCKET};
+    my $go = "$IdemStress::DIR/grpc/t090-ryw.go";
+    my $out = "$IdemStress::DIR/grpc/t090-ryw.json";
+    unlink $go, $out;
+    my $req = { mode => 'fail', code => 9, message => 'card declined: 51',
+                wait => $go };
+    my $json = JSON::PP->new->canonical->encode($req);
+
+    my $call = fork // die;
+    if ($call == 0) {
+        exec "node t/tools/grpc-call.js $P{slow} Charge '$key' '$json'"
+             . " > '$out'";
+    }
+    my $state = sub {
+        IdemStress::sql_at($mysql, "SELECT state FROM idempotency_keys"
+                                   . " WHERE key_hash = UNHEX('$kh')");
+    };
+    IdemStress::wait_for('the claim', 10, sub { $state->() =~ /^0$/m });
+
+    # the row is held while the server answers: the completion waits
+    my $lock = fork // die;
+    if ($lock == 0) {
+        open STDERR, '>', '/dev/null';
+        eval { IdemStress::sql_at($mysql, "BEGIN; SELECT state FROM"
+                   . " idempotency_keys WHERE key_hash = UNHEX('$kh')"
+                   . " FOR UPDATE; DO SLEEP(30); ROLLBACK") };
+        POSIX::_exit(0);
+    }
+    my $processes = sub {
+        my ($like) = @_;
+        IdemStress::sql_root($sock, "SELECT ID FROM"
+            . " information_schema.PROCESSLIST WHERE INFO LIKE '$like'"
+            . " AND ID <> CONNECTION_ID()") =~ /^(\d+)$/m ? $1 : undef;
+    };
+    my $holder = IdemStress::wait_for('the row held', 10,
+                                      sub { $processes->('DO SLEEP(30)%') });
+    IdemStress::write_file($go, '');
+    IdemStress::wait_for('the completion waiting for the row', 10,
+        sub { $processes->('UPDATE %SET state = %') });
+
+    # a client that had its answer would be gone well within this
+    my $early = eval {
+        IdemStress::wait_for('the answer', 3,
+                             sub { waitpid($call, POSIX::WNOHANG()) > 0 });
+    };
+    IdemStress::sql_root($sock, "KILL $holder");
+    waitpid $lock, 0;
+    waitpid $call, 0 unless $early;
+
+    ok(!$early, 'trailers-only: no answer while its completion waits');
+    my $first = JSON::PP::decode_json(IdemStress::read_file($out))->[0];
+    is($first->{code}, 9, 'trailers-only: then FAILED_PRECONDITION');
+    is($state->(), "1\n", '... once the row is completed');
+
+    my $again = call($P{slow}, $key, $req);
+    is_deeply(answer($again), answer($first),
+              'trailers-only: the retry gets the replay');
+    is(count($key), 1, 'trailers-only: Charge ran once');
 }
 
 is_deeply([ $ngx->crashes ], [], 'no worker crashed');

@@ -20,6 +20,8 @@
 //                      metadata x-charge-id, before any response header
 //                      (grpc-js sends that trailers-only)
 //             fail-late  sends its header first, then status C, S
+//           and "wait": F holds the answer of any mode until file F
+//           exists
 //             sleep    answers as ok after T ms (a deadline shorter
 //                      than T ends the call first)
 //             rst      resets the stream (RST_STREAM INTERNAL_ERROR)
@@ -81,6 +83,15 @@ function charge(call, callback) {
     trailing.set('x-charge-id', `ch_${key}_${n}`);
     trailing.set('x-charge-seq', String(n));
 
+    // the answer, once the test lets it go (req.wait names a file)
+    const go = (f) => {
+        if (!req.wait || fs.existsSync(req.wait)) {
+            f();
+        } else {
+            setTimeout(() => go(f), 20);
+        }
+    };
+
     const answer = () => {
         const md = new grpc.Metadata();
         md.set('x-served-by', 'grpc-server');
@@ -91,8 +102,8 @@ function charge(call, callback) {
 
     switch (mode) {
     case 'fail':
-        callback({ code: req.code, details: req.message || '',
-                   metadata: trailing });
+        go(() => callback({ code: req.code, details: req.message || '',
+                            metadata: trailing }));
         return;
     case 'fail-late':
         call.sendMetadata(new grpc.Metadata());
@@ -109,7 +120,7 @@ function charge(call, callback) {
         return;
     }
     default:
-        answer();
+        go(answer);
     }
 }
 
