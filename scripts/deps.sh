@@ -25,6 +25,8 @@ PACKAGES=(
     perl libtest-base-perl libtest-longstring-perl libtext-diff-perl
     liblist-moreutils-perl liburi-perl libhttp-message-perl
     libio-socket-ssl-perl python3 valgrind
+    # the demo backend's withdrawals (backend/withdraw.py, t/048)
+    python3-pymysql
     # t/190-tls.t makes its CA and certificates; t/330 and t/335 check
     # the metrics with promtool and a private Prometheus server
     openssl prometheus

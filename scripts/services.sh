@@ -316,6 +316,9 @@ mysql_schema() {
     fi
     my_root "$MY_DB" < "$SCHEMA" || return 1
     echo "$sum" > "$MY_DIR/schema.sha256"
+    # the fence's markers and the demo backend's withdrawals (t/048, demo)
+    cat "$ROOT/mysql/fence.sql" "$ROOT/backend/withdraw.sql" \
+        | my_root "$MY_DB" || return 1
 }
 
 mysql_start() {
@@ -442,6 +445,8 @@ mysql_reset() {
     mysql_running >/dev/null || die "$MY_NAME: not running (scripts/services.sh start)"
     my_root "$MY_DB" -e 'TRUNCATE TABLE idempotency_keys' \
         || die "$MY_NAME: TRUNCATE failed"
+    # a marker of an earlier run would find the same keys executed
+    my_root "$MY_DB" -e 'TRUNCATE TABLE idempotency_fence' 2>/dev/null || true
     echo "$MY_NAME: table idempotency_keys truncated"
 }
 
