@@ -347,11 +347,13 @@ help:  ## this list, made from the Makefile's own ## comments
 
 # faults under retrying load (scripts/faults/, docs/reliability.md); the
 # whole `make test` ends with test-faults-short; as root: a MariaDB in a network namespace of its
-# own (idemf-db, 10.231.0.0/30, port 3347), Redis 6420, the backend 8491,
+# own (idemf-db, 10.231.0.0/30, port 3347), Redis 6420, the backend 8491
+# and the fence's bank 8492,
 # nginx 8480, then the Galera cluster of scripts/galera.sh with nginx on
 # 8482/8483; everything under build/faults/, removed at the end pass or
 # fail.  FAULTS_FLAGS='--only partition,db-kill' or '--no-galera'.
-# test-faults-short: one partition and one MariaDB kill, under a minute.
+# test-faults-short: one partition, one MariaDB kill and the fence's bank
+# killed under withdrawals, under a minute.
 # galera-durability: what a claim survives per Galera setting
 # (docs/scale-out.md).
 FAULTS_FLAGS ?=
