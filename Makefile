@@ -45,6 +45,8 @@ MYSQL2_PORT       ?= 3308
 REDIS_PORT        ?= 6380
 DEMO_PORT         ?= 8080
 BACKEND_PORT      ?= 8081
+# the demo backend's interpreter: Debian's, with python3-pymysql (deps.sh)
+DEMO_PYTHON       ?= /usr/bin/python3
 TEST_BACKEND_PORT ?= 8091
 TEST_FCGI_PORT    ?= 8092
 # Test::Nginx's port; the tests' other nginx ports follow it (IdemStress)
@@ -168,7 +170,9 @@ RUN := $(BUILD)/run
 run: deps build services  ## the demo on 127.0.0.1:8080, with curl lines to try
 	@mkdir -p $(RUN)
 	@scripts/services.sh reset >/dev/null
-	@scripts/services.sh backend restart $(BACKEND_PORT) $(RUN)/backend.pid $(RUN)/backend.log
+	@PYTHON=$(DEMO_PYTHON) BACKEND_ARGS="--bank-db idempotency --bank-user idem \
+	    --bank-password idem-secret --bank-socket $(BUILD)/services/mysql.sock" \
+	    scripts/services.sh backend restart $(BACKEND_PORT) $(RUN)/backend.pid $(RUN)/backend.log
 	@sed -e 's|@PREFIX@|$(RUN)|g' \
 	     -e 's|@MODULE@|$(BUILD)/$(MODULE).so|g' \
 	     -e 's|@NGINX_PORT@|$(DEMO_PORT)|g' \

@@ -477,8 +477,12 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
 
-        if BANK is not None and self.path.partition("?")[0] == "/withdraw":
+        path = self.path.partition("?")[0]
+        if BANK is not None and path == "/withdraw":
             a = self.withdraw()
+        elif BANK is not None and path.startswith("/accounts/"):
+            status, headers, body, note = BANK.account(path[10:])
+            a = Answer(status, headers, body, note, self.key())
         else:
             a = answer(self.command, self.path, self.key(), body,
                        self.meta())

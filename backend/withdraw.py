@@ -5,6 +5,7 @@
 that takes part in the module's fence (docs/design.md, "Fence or find").
 
     POST /withdraw?account=A&amount=N      (HTTP only)
+    GET  /accounts/A                       the balance and the withdrawals
 
 The request carries the key's hash (header Idempotency-Key-Hash, 64 hex
 digits: $idempotency_key_hash) and its claim epoch (Idempotency-Epoch:
@@ -87,6 +88,28 @@ class Bank:
             time.sleep(int(params["pause"]) / 1000.0)
             self.log("withdraw: resume at %s key_hash=%s epoch=%d"
                      % (where, kh, epoch))
+
+    def account(self, account):
+        """(status, headers, body, note) of GET /accounts/A."""
+        conn = self.pymysql.connect(**self.conn_args)
+        try:
+            cur = conn.cursor()
+            cur.execute("SELECT balance FROM accounts WHERE id = %s",
+                        (account,))
+            row = cur.fetchone()
+            cur.execute("SELECT id, amount, epoch FROM withdrawals "
+                        "WHERE account = %s ORDER BY id", (account,))
+            ws = [{"withdrawal": i, "amount": a, "epoch": e}
+                  for i, a, e in cur.fetchall()]
+            conn.rollback()
+        finally:
+            conn.close()
+        if row is None:
+            return problem(404, "no-account", "No such account", account)
+        body = (json.dumps({"account": account, "balance": int(row[0]),
+                            "withdrawals": ws},
+                           separators=(",", ":")) + "\n").encode()
+        return 200, [("Content-Type", "application/json")], body, "account"
 
     def answer(self, headers, params, parse):
         """(status, headers, body, note) of one withdrawal; parse: the

@@ -18,3 +18,6 @@ CREATE TABLE IF NOT EXISTS withdrawals (
     PRIMARY KEY (id),
     KEY ix_key_hash (key_hash)
 ) ENGINE=InnoDB;
+
+-- the demo's account (make run, demo/try.sh)
+INSERT IGNORE INTO accounts VALUES ('alice', 1000);
