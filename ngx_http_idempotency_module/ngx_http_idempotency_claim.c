@@ -499,7 +499,13 @@ ngx_http_idempotency_won(ngx_http_request_t *r,
     ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_FORWARD,
                                  status);
 
-    if (status == NGX_HTTP_IDEMPOTENCY_TAKEOVER) {
+    if (ctx->claim.take == NGX_HTTP_IDEMPOTENCY_TAKE_FENCED) {
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "idempotency: key %V of unknown outcome taken over "
+                      "at epoch %ui: its epoch %ui was fenced",
+                      &ctx->key_id, ctx->epoch, ctx->epoch - 1);
+
+    } else if (status == NGX_HTTP_IDEMPOTENCY_TAKEOVER) {
         ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
                       "idempotency: key %V taken over from an owner "
                       "whose lease ended", &ctx->key_id);
