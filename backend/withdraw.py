@@ -20,7 +20,10 @@ order: the marker row first, then the business rows):
 
 A duplicate marker means that the epoch was fenced by nginx, or already
 ran: the transaction is rolled back before any business write and the
-answer is 409 .../fenced (nobody waits for it: its nginx gave up on it).
+answer is 503 .../fenced, a status the module does not store: should the
+request's nginx still wait for it (an owner whose lease had ended but
+who was alive), the key is released and the next retry runs it at a new
+epoch; usually nobody waits (its nginx gave up on it).
 Answers: 201 {"withdrawal":ID,"account":A,"amount":N,"balance":B,
 "epoch":E} with Location /withdrawals/ID; 422 .../insufficient-funds
 (rolled back, marker included); 400 without the two headers; 503 on a
@@ -153,7 +156,7 @@ class Bank:
                 conn.rollback()
                 self.log("withdraw: key_hash=%s epoch=%d is fenced or ran: "
                          "rolled back" % (kh, epoch))
-                return problem(409, "fenced", "Epoch fenced",
+                return problem(503, "fenced", "Epoch fenced",
                                "epoch %d of this key was fenced or ran"
                                % epoch)
 

@@ -605,7 +605,7 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
 }
 
 
-/* the request's own row of a key whose owner is done, or in progress */
+/* a row of the same request that nobody may take: what its state says */
 
 static ngx_int_t
 ngx_http_idempotency_done_verdict(ngx_http_request_t *r,

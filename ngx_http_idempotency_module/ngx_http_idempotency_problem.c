@@ -125,21 +125,24 @@ static ngx_http_idempotency_problem_t  ngx_http_idempotency_problems[] = {
       NGX_HTTP_BAD_REQUEST, NGX_HTTP_IDEMPOTENCY_ERROR,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "admin-bad-request"),
       ngx_string("Bad operator request"),
-      ngx_string("The request's arguments are not an operator API call.") },
+      ngx_string("The request's arguments are not an operator API call."),
+      0 },
 
     [NGX_HTTP_IDEMPOTENCY_P_ADMIN_METHOD] = {
       NGX_HTTP_NOT_ALLOWED, NGX_HTTP_IDEMPOTENCY_ERROR,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "admin-method-not-allowed"),
       ngx_string("Method not allowed"),
       ngx_string("The operator API answers GET and HEAD (inspect, list) "
-                 "and POST (release, forget).") },
+                 "and POST (release, forget)."),
+      0 },
 
     [NGX_HTTP_IDEMPOTENCY_P_NOT_FOUND] = {
       NGX_HTTP_NOT_FOUND, NGX_HTTP_IDEMPOTENCY_ERROR,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "key-not-found"),
       ngx_string("Idempotency key not found"),
       ngx_string("The store has no row for this key: it was never "
-                 "claimed, was released or forgotten, or was purged.") },
+                 "claimed, was released or forgotten, or was purged."),
+      0 },
 
     [NGX_HTTP_IDEMPOTENCY_P_CHANGED] = {
       NGX_HTTP_CONFLICT, NGX_HTTP_IDEMPOTENCY_ERROR,
@@ -147,13 +150,15 @@ static ngx_http_idempotency_problem_t  ngx_http_idempotency_problems[] = {
       ngx_string("Idempotency key changed"),
       ngx_string("The key's row is no longer the version given: it was "
                  "renewed, completed or taken over since.  Nothing was "
-                 "changed; read it again (\"current\").") },
+                 "changed; read it again (\"current\")."),
+      0 },
 
     [NGX_HTTP_IDEMPOTENCY_P_NOT_APPLICABLE] = {
       NGX_HTTP_CONFLICT, NGX_HTTP_IDEMPOTENCY_ERROR,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "action-not-applicable"),
       ngx_string("Action not applicable"),
-      ngx_string("The action does not apply to the key's state.") }
+      ngx_string("The action does not apply to the key's state."),
+      0 }
 };
 
 NGX_HTTP_IDEMPOTENCY_TABLE_CHECK(ngx_http_idempotency_problems,
