@@ -355,6 +355,22 @@ is($r->{status}, 201, 'a retry after them all: the replay');
 
 
 
+=== TEST 8b: the markers in a store of their own (its own connections, as for a backend's database): the same decision
+--- http_config eval
+IdemTest::store_config()
+. "idempotency_store bank mysql=127.0.0.1:\$TEST_NGINX_MYSQL_PORT user=\$TEST_NGINX_MYSQL_USER password=\$TEST_NGINX_MYSQL_PASSWORD database=\$TEST_NGINX_MYSQL_DB;\n"
+--- config eval
+main::fence_location(fence => 'bank table=idempotency_fence')
+--- init
+my $k = 't048-8b';
+main::killed($k, 'before');
+my $r = main::withdraw($k);
+is($r->{status}, 201, 'the first retry after the restart runs it');
+is(main::markers($k), '1:2,2:1', 'fenced through the store "bank"');
+is(main::ledger($k), '90 2', 'one withdrawal, of epoch 2');
+
+
+
 === TEST 9: without idempotency_fence the unknown outcome stays as before: 502 without Retry-After, X-Should-Retry: false
 --- config eval
 main::fence_location(fence => 'off')
