@@ -478,7 +478,7 @@ class Handler(BaseHTTPRequestHandler):
             return
 
         path = self.path.partition("?")[0]
-        if BANK is not None and path == "/withdraw":
+        if BANK is not None and path.endswith("/withdraw"):
             a = self.withdraw()
         elif BANK is not None and path.startswith("/accounts/"):
             status, headers, body, note = BANK.account(path[10:])

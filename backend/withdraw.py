@@ -4,7 +4,8 @@
 """The withdrawal of backend/app.py (--bank-db): a business transaction
 that takes part in the module's fence (docs/design.md, "Fence or find").
 
-    POST /withdraw?account=A&amount=N      (HTTP only)
+    POST /withdraw?account=A&amount=N[&delay=MS|&hold=MS]   (HTTP only;
+                                           any path ending in /withdraw)
     GET  /accounts/A                       the balance and the withdrawals
 
 The request carries the key's hash (header Idempotency-Key-Hash, 64 hex
@@ -36,7 +37,9 @@ die=before|marker|commit SIGKILLs the backend before its transaction,
 after the marker's INSERT (uncommitted), or after COMMIT before the
 answer; pause=MS with pause_at=before|marker (default before) sleeps
 there. Each hook logs a line "withdraw: <hook> at <where> key_hash=<hex>
-epoch=<E>" first, for tests to wait on.
+epoch=<E>" first, for tests to wait on.  The query's delay=MS sleeps
+before the transaction and hold=MS after the marker (holding its lock),
+for every attempt alike (the fault harness's slow operations).
 """
 
 import json
@@ -133,6 +136,9 @@ class Bank:
             return problem(400, "bad-amount", "Bad amount", "not a number")
 
         hooks = parse(headers.get("X-Withdraw-Hook") or "")
+        for slow, where in (("delay", "before"), ("hold", "marker")):
+            if slow in params and "pause" not in hooks:
+                hooks.update(pause=params[slow], pause_at=where)
         self.hook(hooks, "before", kh, epoch)
         try:
             return self.transaction(hooks, kh, epoch, account, amount)

@@ -1244,8 +1244,8 @@ def main():
                 ("/t/orders", "main", ["proxy_read_timeout 1s"]),
                 ("/f/orders", "main",
                  ["idempotency_lease %ds" % SHORT_LEASE,
-                  "idempotency_epoch_header %s" % EPOCH_HEADER]),
-                fence.location()]
+                  "idempotency_epoch_header %s" % EPOCH_HEADER])]
+        locs += fence.locations(SHORT_LEASE)
         env.nginx = Nginx("nginx", NGINX_PORT,
                           [store_line("main", "%s:%d" % (DB_IP, DB_PORT)),
                            store_line("withredis", "%s:%d" % (DB_IP, DB_PORT),
@@ -1265,10 +1265,16 @@ def main():
                 continue
             kw = {}
             if name.startswith("fence-"):
-                # the first retry once the bank answers again decides
+                # the first retry once the bank answers again decides;
+                # after a worker kill, once the lease and the old
+                # execution (5 s) are over
                 kw = {"fencing": True, "bound": FENCE_BOUND,
                       "checker": lambda d: fence.check_run(
                           sys.modules[__name__], env, d)}
+                if name == "fence-worker-kill":
+                    kw.update(bound=SHORT_LEASE + 5.0 + FENCE_BOUND,
+                              policy=load.Policy(budget=40.0),
+                              lease=SHORT_LEASE)
             if name == "fencing":
                 kw = {"fencing": True, "bound": SHORT_LEASE + 7.5 + BOUND,
                       "policy": load.Policy(budget=40.0),

@@ -68,24 +68,34 @@ def bank_stop(env):
         bank.wait(10)
 
 
-def location():
-    """The fenced location of faults.py's nginx: (path, store, extra,
-    backend port)."""
-    return ("/withdraw", "main",
-            ["idempotency_fence main",
-             "idempotency_epoch_header Idempotency-Epoch",
-             "proxy_set_header Idempotency-Key-Hash $idempotency_key_hash",
-             "proxy_read_timeout 1s"], BANK_PORT)
+FENCE = ["idempotency_fence main",
+         "idempotency_epoch_header Idempotency-Epoch",
+         "proxy_set_header Idempotency-Key-Hash $idempotency_key_hash"]
 
 
-def make_ops(faults, env, name, n, window, rng):
-    """n withdrawals, each key from an account of its own (opened here)."""
+def locations(short_lease):
+    """The fenced locations of faults.py's nginx: (path, store, extra,
+    backend port).  /withdraw gives up after 1 s; /k/withdraw waits
+    (proxy_read_timeout 60s) with a short lease, for the worker kills."""
+    return [("/withdraw", "main", FENCE + ["proxy_read_timeout 1s"],
+             BANK_PORT),
+            ("/k/withdraw", "main", FENCE + [
+                "idempotency_lease %ds" % short_lease,
+                "proxy_read_timeout 60s"], BANK_PORT)]
+
+
+def make_ops(faults, env, name, n, window, rng, path="/withdraw",
+             slow=None):
+    """n withdrawals, each key from an account of its own (opened here);
+    slow: a query parameter for all of them (delay=MS, hold=MS)."""
     ops = []
     for i in range(n):
         key = "%s-%s-%04d" % (env.run_id, name, i)
         clients = rng.choice((1, 1, 1, 2, 3))
-        ops.append(load.Op(key, "/withdraw?account=%s&amount=%d"
-                           % (key, AMOUNT), b"{}", faults.NGINX_PORT,
+        ops.append(load.Op(key, "%s?account=%s&amount=%d%s"
+                           % (path, key, AMOUNT,
+                              "&" + slow(i) if slow else ""),
+                           b"{}", faults.NGINX_PORT,
                            window * i / max(1, n) + rng.uniform(0, 0.05),
                            clients))
     values = ", ".join("('%s', %d)" % (o.key, BALANCE) for o in ops)
@@ -134,6 +144,26 @@ def scenarios(faults, env, short, rng):
     sc.append(("fence-pause", "fenced withdrawals, bank SIGSTOP 3 s x2 "
                "(past proxy_read_timeout 1s)",
                make_ops(faults, env, "fpause", n, w, rng), pauses))
+
+    # the owners' workers die while their withdrawals are slow: half wait
+    # 5 s before their transaction, half hold their marker 5 s; after the
+    # lease a retry fences the epoch while the old execution goes on
+    def kills(nem):
+        for t in (2.0, 6.0, 10.0):
+            nem.sleep(t - (time.time() - start[0]))
+            nem.worker_kill()
+    start = [time.time()]
+
+    def wkill(nem):
+        start[0] = time.time()
+        kills(nem)
+    sc.append(("fence-worker-kill", "fenced withdrawals of 5 s, nginx "
+               "workers SIGKILL x3 (lease %gs): takeovers racing the old "
+               "executions" % faults.SHORT_LEASE,
+               make_ops(faults, env, "fwkill", 24, 12.0, rng,
+                        path="/k/withdraw",
+                        slow=lambda i: ("delay=5000", "hold=5000")[i % 2]),
+               wkill))
     return sc
 
 
