@@ -397,3 +397,15 @@ location /t {
 --- must_die
 --- error_log
 invalid parameter "table=no-such" in "idempotency_fence"
+
+
+
+=== TEST 11: idempotency_fence names a store that must be defined
+--- config
+location /t {
+    idempotency main;
+    idempotency_fence nosuch;
+}
+--- must_die
+--- error_log
+idempotency store "nosuch" is not defined
