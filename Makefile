@@ -45,6 +45,8 @@ MYSQL2_PORT       ?= 3308
 REDIS_PORT        ?= 6380
 DEMO_PORT         ?= 8080
 BACKEND_PORT      ?= 8081
+# the demo backend's interpreter: Debian's, with python3-pymysql (deps.sh)
+DEMO_PYTHON       ?= /usr/bin/python3
 TEST_BACKEND_PORT ?= 8091
 # the suite's PHP-FPM and uWSGI (scripts/services.sh php-fpm, uwsgi)
 PHPFPM_PORT       ?= 8094
@@ -174,7 +176,9 @@ RUN := $(BUILD)/run
 run: deps build services  ## the demo on 127.0.0.1:8080, with curl lines to try
 	@mkdir -p $(RUN)
 	@scripts/services.sh reset >/dev/null
-	@scripts/services.sh backend restart $(BACKEND_PORT) $(RUN)/backend.pid $(RUN)/backend.log
+	@PYTHON=$(DEMO_PYTHON) BACKEND_ARGS="--bank-db idempotency --bank-user idem \
+	    --bank-password idem-secret --bank-socket $(BUILD)/services/mysql.sock" \
+	    scripts/services.sh backend restart $(BACKEND_PORT) $(RUN)/backend.pid $(RUN)/backend.log
 	@sed -e 's|@PREFIX@|$(RUN)|g' \
 	     -e 's|@MODULE@|$(BUILD)/$(MODULE).so|g' \
 	     -e 's|@NGINX_PORT@|$(DEMO_PORT)|g' \
@@ -358,11 +362,13 @@ help:  ## this list, made from the Makefile's own ## comments
 
 # faults under retrying load (scripts/faults/, docs/reliability.md); the
 # whole `make test` ends with test-faults-short; as root: a MariaDB in a network namespace of its
-# own (idemf-db, 10.231.0.0/30, port 3347), Redis 6420, the backend 8491,
+# own (idemf-db, 10.231.0.0/30, port 3347), Redis 6420, the backend 8491
+# and the fence's bank 8492,
 # nginx 8480, then the Galera cluster of scripts/galera.sh with nginx on
 # 8482/8483; everything under build/faults/, removed at the end pass or
 # fail.  FAULTS_FLAGS='--only partition,db-kill' or '--no-galera'.
-# test-faults-short: one partition and one MariaDB kill, under a minute.
+# test-faults-short: one partition, one MariaDB kill and the fence's bank
+# killed under withdrawals, under a minute.
 # galera-durability: what a claim survives per Galera setting
 # (docs/scale-out.md).
 FAULTS_FLAGS ?=

@@ -7,6 +7,7 @@
     python3 backend/app.py --port 8081 [--host 127.0.0.1]
                            [--pidfile F] [--log F]
                            [--exec-log F] [--fence-header NAME]
+                           [--bank-db NAME --bank-user U ...]
 
 Every request except the two control endpoints is one "execution": it is
 counted per Idempotency-Key (the header value exactly as received, "-" when
@@ -58,6 +59,12 @@ at once (409 application/problem+json, type .../stale-epoch, not counted);
 after the delay (the commit point) an execution whose epoch is no longer
 the highest is not committed and answers the same 409. So each key
 commits at most once per epoch, and never from a stale executor.
+
+Withdrawals (--bank-db NAME, with --bank-user, --bank-password,
+--bank-socket or --bank-host/--bank-port, --fence-table, --key-hash-header,
+--epoch-header): POST /withdraw runs a MariaDB transaction that takes part
+in the module's fence (backend/withdraw.py; Debian's python3-pymysql).
+
 """
 
 import argparse
@@ -149,6 +156,7 @@ class Fence:
 
 EXECLOG = ExecLog()
 FENCE = None
+BANK = None
 LOG_LOCK = threading.Lock()
 LOG = sys.stderr
 
@@ -453,12 +461,26 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
 
-        a = answer(self.command, self.path, self.key(), body, self.meta())
+        path = self.path.partition("?")[0]
+        if BANK is not None and path.endswith("/withdraw"):
+            a = self.withdraw()
+        elif BANK is not None and path.startswith("/accounts/"):
+            status, headers, body, note = BANK.account(path[10:])
+            a = Answer(status, headers, body, note, self.key())
+        else:
+            a = answer(self.command, self.path, self.key(), body,
+                       self.meta())
         if a.reset:
             self.send_reset(a, started)
             return
         self.send_answer(a)
         self.access(started, a.status, a.nbytes, a.key, a.note)
+
+    def withdraw(self):
+        status, headers, body, note = BANK.answer(
+            self.headers, parse_query(self.path.partition("?")[2]),
+            parse_query)
+        return Answer(status, headers, body, note, self.key())
 
     def send_answer(self, a):
         self.send_response(a.status)
@@ -530,7 +552,7 @@ class Server(ThreadingHTTPServer):
 
 
 def main():
-    global LOG, FENCE
+    global LOG, FENCE, BANK
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8081)
@@ -540,6 +562,16 @@ def main():
                     help="append a JSON line per execution event here")
     ap.add_argument("--fence-header", metavar="NAME",
                     help="refuse stale claim epochs sent in header NAME")
+    ap.add_argument("--bank-db", help="serve POST /withdraw on this "
+                    "database (backend/withdraw.py)")
+    ap.add_argument("--bank-user", default="idem")
+    ap.add_argument("--bank-password", default="")
+    ap.add_argument("--bank-socket")
+    ap.add_argument("--bank-host", default="127.0.0.1")
+    ap.add_argument("--bank-port", type=int, default=3306)
+    ap.add_argument("--fence-table", default="idempotency_fence")
+    ap.add_argument("--key-hash-header", default="Idempotency-Key-Hash")
+    ap.add_argument("--epoch-header", default="Idempotency-Epoch")
     args = ap.parse_args()
 
     if args.log:
@@ -548,6 +580,10 @@ def main():
         EXECLOG.f = open(args.exec_log, "a", buffering=1)
     if args.fence_header:
         FENCE = Fence(args.fence_header)
+    if args.bank_db:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from withdraw import Bank
+        BANK = Bank(args, log)
 
     try:
         server = Server((args.host, args.port), Handler)

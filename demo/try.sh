@@ -27,6 +27,18 @@ steps=(
     "curl -i -X POST http://127.0.0.1:$N/orders -H 'Idempotency-Key: order-42' -d '{\"item\":\"car\"}'"
     "# 6. how often did the backend execute order-42?  1"
     "curl 'http://127.0.0.1:$B/__count?key=order-42'"
+    "# 7. a withdrawal that takes 3 s to start: nginx's 504 after 2 s, its outcome unknown"
+    "curl -i -X POST 'http://127.0.0.1:$N/withdraw?account=alice&amount=10' -H 'Idempotency-Key: w-1' -H 'X-Withdraw-Hook: pause=3000'"
+    "# 8. retry at once: the fence wins epoch 1, the withdrawal runs at epoch 2 (201)"
+    "curl -i -X POST 'http://127.0.0.1:$N/withdraw?account=alice&amount=10' -H 'Idempotency-Key: w-1'"
+    "# 9. a withdrawal that commits 6 s late: 504 again"
+    "curl -i -X POST 'http://127.0.0.1:$N/withdraw?account=alice&amount=10' -H 'Idempotency-Key: w-2' -H 'X-Withdraw-Hook: pause=6000&pause_at=marker'"
+    "# 10. retry while its transaction is open: 502 outcome-unknown, Retry-After: 1, X-Should-Retry: true"
+    "curl -i -X POST 'http://127.0.0.1:$N/withdraw?account=alice&amount=10' -H 'Idempotency-Key: w-2'"
+    "# 11. once it has committed: 410 outcome-executed, with the withdrawal's URI"
+    "sleep 4; curl -i -X POST 'http://127.0.0.1:$N/withdraw?account=alice&amount=10' -H 'Idempotency-Key: w-2'"
+    "# 12. alice's account: one withdrawal per key (the epoch-1 run of w-1 was refused by its marker)"
+    "curl http://127.0.0.1:$N/accounts/alice"
 )
 
 if [ "${1:-}" = --print ]; then
@@ -37,6 +49,6 @@ fi
 for s in "${steps[@]}"; do
     case $s in
         '#'*) printf '\n\033[1m%s\033[0m\n' "$s" ;;
-        *)    printf '$ %s\n' "$s"; eval "${s/#curl /curl -sS }"; echo ;;
+        *)    printf '$ %s\n' "$s"; eval "${s//curl /curl -sS }"; echo ;;
     esac
 done

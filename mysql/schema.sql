@@ -12,7 +12,11 @@
 -- unknown (the request was sent upstream and no complete response came
 -- back: never run again, never replayed; docs/design.md, "Outcomes"),
 -- 4 released (given back by the module or an operator: nobody's, free
--- for the next claim, and kept with its epoch until expires_at).
+-- for the next claim, and kept with its epoch until expires_at), 5
+-- executed by the backend's fence marker (idempotency_fence,
+-- mysql/fence.sql: the outcome was unknown or the owner's lease ended,
+-- and the backend's transaction had committed; response holds the
+-- marker's short result reference, retries get 410 outcome-executed).
 --
 -- epoch: the claim's epoch, 1 for the first claim, one more for each
 -- takeover and each reclaim after a release or after retention; a

@@ -205,13 +205,14 @@ static ngx_str_t  ngx_http_idempotency_admin_states[] = {
     ngx_string("not_stored"),
     ngx_string("unknown"),
     ngx_string("released"),
+    ngx_string("executed"),
     ngx_string("invalid")
 };
 
 #define ngx_http_idempotency_admin_state(state)                              \
     (&ngx_http_idempotency_admin_states[                                     \
-        ((state) < 0 || (state) > NGX_HTTP_IDEMPOTENCY_ROW_RELEASED)         \
-        ? NGX_HTTP_IDEMPOTENCY_ROW_RELEASED + 1 : (state)])
+        ((state) < 0 || (state) > NGX_HTTP_IDEMPOTENCY_ROW_EXECUTED)         \
+        ? NGX_HTTP_IDEMPOTENCY_ROW_EXECUTED + 1 : (state)])
 
 
 /* by NGX_HTTP_IDEMPOTENCY_ADMIN_*: an op's name, and the changes' words */

@@ -32,6 +32,7 @@
 #include "ngx_http_idempotency_tier.h"
 #include "ngx_http_idempotency_hold.h"
 #include "ngx_http_idempotency_owner.h"
+#include "ngx_http_idempotency_fence.h"
 
 
 /*
@@ -75,6 +76,11 @@ static void ngx_http_idempotency_won(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, time_t ttl, ngx_uint_t status);
 static ngx_int_t ngx_http_idempotency_verdict(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op);
+static ngx_int_t ngx_http_idempotency_done_verdict(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op,
+    ngx_int_t state, ngx_int_t ttl_s);
+static void ngx_http_idempotency_fenced(ngx_http_idempotency_ctx_t *ctx,
+    ngx_http_idempotency_fence_e rc);
 static void ngx_http_idempotency_row_replay(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op,
     ngx_int_t ttl_s);
@@ -183,6 +189,7 @@ ngx_http_idempotency_claim_step(ngx_http_request_t *r,
         cl.lease = ctx->conf->lease;
         cl.ttl = ctx->conf->ttl;
         cl.epoch = ctx->epoch;
+        cl.fenced = (ctx->claim.take == NGX_HTTP_IDEMPOTENCY_TAKE_FENCED);
 
         op = ngx_http_idempotency_sql_claim(ctx->shard, ngx_cycle->log, stmt,
                                             &cl);
@@ -386,7 +393,8 @@ ngx_http_idempotency_claim_next(ngx_http_request_t *r,
         /* the TAKE was conditional on the epoch read: it is one more */
         ctx->epoch++;
 
-        takeover = (ctx->claim.take == NGX_HTTP_IDEMPOTENCY_TAKE_LEASE);
+        takeover = (ctx->claim.take == NGX_HTTP_IDEMPOTENCY_TAKE_LEASE
+                    || ctx->claim.take == NGX_HTTP_IDEMPOTENCY_TAKE_FENCED);
 
         ngx_http_idempotency_won(r, ctx,
                                  takeover ? ctx->claim.take_ttl
@@ -491,7 +499,13 @@ ngx_http_idempotency_won(ngx_http_request_t *r,
     ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_FORWARD,
                                  status);
 
-    if (status == NGX_HTTP_IDEMPOTENCY_TAKEOVER) {
+    if (ctx->claim.take == NGX_HTTP_IDEMPOTENCY_TAKE_FENCED) {
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "idempotency: key %V of unknown outcome taken over "
+                      "at epoch %ui: its epoch %ui was fenced",
+                      &ctx->key_id, ctx->epoch, ctx->epoch - 1);
+
+    } else if (status == NGX_HTTP_IDEMPOTENCY_TAKEOVER) {
         ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
                       "idempotency: key %V taken over from an owner "
                       "whose lease ended", &ctx->key_id);
@@ -567,8 +581,18 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
         ctx->claim.take = NGX_HTTP_IDEMPOTENCY_TAKE_LEASE;
     }
 
+    ctx->claim.take_ttl = ttl_s;
+
+    if (ctx->claim.take == NGX_HTTP_IDEMPOTENCY_TAKE_LEASE && ilcf->fence) {
+
+        /* the owner may still be executing: its epoch is fenced first,
+         * so that it can never commit once the key runs again */
+
+        ngx_http_idempotency_fence(ctx, ngx_http_idempotency_fenced);
+        return NGX_AGAIN;
+    }
+
     if (ctx->claim.take) {
-        ctx->claim.take_ttl = ttl_s;
         return NGX_OK;
     }
 
@@ -577,23 +601,55 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
         return NGX_OK;
     }
 
-    if (state == NGX_HTTP_IDEMPOTENCY_ROW_DONE) {
+    return ngx_http_idempotency_done_verdict(r, ctx, op, state, ttl_s);
+}
+
+
+/* a row of the same request that nobody may take: what its state says */
+
+static ngx_int_t
+ngx_http_idempotency_done_verdict(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op,
+    ngx_int_t state, ngx_int_t ttl_s)
+{
+    switch (state) {
+
+    case NGX_HTTP_IDEMPOTENCY_ROW_DONE:
         ngx_http_idempotency_row_replay(r, ctx, op, ttl_s);
         return NGX_OK;
-    }
 
-    if (state == NGX_HTTP_IDEMPOTENCY_ROW_UNSTORED) {
+    case NGX_HTTP_IDEMPOTENCY_ROW_UNSTORED:
         ngx_http_idempotency_refuse(r, ctx, NGX_HTTP_IDEMPOTENCY_P_UNSTORED);
         return NGX_OK;
-    }
 
-    if (state == NGX_HTTP_IDEMPOTENCY_ROW_UNKNOWN) {
+    case NGX_HTTP_IDEMPOTENCY_ROW_EXECUTED:
 
-        /* sent upstream, no complete response came back: it may have
-         * run, so it never runs again, and nothing is replayed */
+        /* a fence found the backend's marker: its result is in the row */
+
+        (void) ngx_http_idempotency_fence_result(ctx,
+                               &op->fields[NGX_HTTP_IDEMPOTENCY_F_RESPONSE]);
+        ngx_http_idempotency_refuse(r, ctx, NGX_HTTP_IDEMPOTENCY_P_EXECUTED);
+        return NGX_OK;
+
+    case NGX_HTTP_IDEMPOTENCY_ROW_UNKNOWN:
+
+        /*
+         * Sent upstream, no complete response came back: it may have run,
+         * so it never runs again as it is, and nothing is replayed.  With
+         * a fence, the backend's marker decides: that epoch fenced, the
+         * key runs again; found executed, it never does.
+         */
+
+        if (ctx->conf->fence) {
+            ngx_http_idempotency_fence(ctx, ngx_http_idempotency_fenced);
+            return NGX_AGAIN;
+        }
 
         ngx_http_idempotency_refuse(r, ctx, NGX_HTTP_IDEMPOTENCY_P_UNKNOWN);
         return NGX_OK;
+
+    default:
+        break;
     }
 
     /* in progress elsewhere: hold the duplicate, or answer 409 */
@@ -601,6 +657,64 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
     ctx->claim.in_progress = 1;
 
     return ngx_http_idempotency_hold_or_conflict(r, ctx);
+}
+
+
+/*
+ * What the fence of the epoch read found.  Fenced (by this request or
+ * another nginx): nobody can commit that epoch, and the TAKE on it
+ * decides which of those that fenced runs the key.  Executed: the key is
+ * done for good.  Undecided (the backend's transaction holds its marker,
+ * or the store failed): as without a fence, and the next retry tries
+ * again.
+ */
+
+static void
+ngx_http_idempotency_fenced(ngx_http_idempotency_ctx_t *ctx,
+    ngx_http_idempotency_fence_e rc)
+{
+    ngx_http_request_t  *r;
+
+    r = ctx->request;
+
+    switch (rc) {
+
+    case NGX_HTTP_IDEMPOTENCY_FENCE_FENCED:
+
+        if (ctx->claim.take == 0) {
+            ctx->claim.take = NGX_HTTP_IDEMPOTENCY_TAKE_FENCED;
+        }
+
+        ngx_http_idempotency_claim_step(r, ctx, NGX_HTTP_IDEMPOTENCY_STMT_TAKE,
+                                        1);
+        return;
+
+    case NGX_HTTP_IDEMPOTENCY_FENCE_EXECUTED:
+        ctx->claim.take = 0;
+        ngx_http_idempotency_refuse(r, ctx, NGX_HTTP_IDEMPOTENCY_P_EXECUTED);
+        break;
+
+    default: /* NGX_HTTP_IDEMPOTENCY_FENCE_UNDECIDED */
+
+        if (ctx->claim.take == NGX_HTTP_IDEMPOTENCY_TAKE_LEASE) {
+
+            /* the old owner's transaction is open: it is alive */
+
+            ctx->claim.take = 0;
+            ctx->claim.in_progress = 1;
+
+            if (ngx_http_idempotency_hold_or_conflict(r, ctx) == NGX_AGAIN) {
+                return;
+            }
+
+            break;
+        }
+
+        ngx_http_idempotency_refuse(r, ctx, NGX_HTTP_IDEMPOTENCY_P_UNKNOWN);
+        break;
+    }
+
+    ngx_http_idempotency_resume(r);
 }
 
 
@@ -849,4 +963,6 @@ ngx_http_idempotency_claim_cleanup(ngx_http_idempotency_ctx_t *ctx)
         ngx_http_idempotency_orphan(ctx, ctx->claim.op);
         ctx->claim.op = NULL;
     }
+
+    ngx_http_idempotency_fence_cleanup(ctx);
 }

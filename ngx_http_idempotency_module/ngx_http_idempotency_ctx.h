@@ -67,6 +67,7 @@ typedef void (*ngx_http_idempotency_ctx_pt)(ngx_http_idempotency_ctx_t *ctx);
 #include "ngx_http_idempotency_claim.h"
 #include "ngx_http_idempotency_hold.h"
 #include "ngx_http_idempotency_filter.h"
+#include "ngx_http_idempotency_fence.h"
 
 
 struct ngx_http_idempotency_ctx_s {
@@ -85,6 +86,7 @@ struct ngx_http_idempotency_ctx_s {
     ngx_http_idempotency_hash_ctx_t     hash;       /* handler.c */
     ngx_http_idempotency_claim_ctx_t    claim;      /* claim.c */
     ngx_http_idempotency_hold_ctx_t     hold;       /* hold.c */
+    ngx_http_idempotency_fence_ctx_t    fence;      /* fence.c */
     ngx_http_idempotency_lease_t        lease;
     ngx_uint_t                          epoch;      /* of the claim */
     ngx_msec_t                          wait_until;

@@ -379,11 +379,16 @@ ngx_http_idempotency_respond(ngx_http_request_t *r,
         break;
 
     case NGX_HTTP_IDEMPOTENCY_OUT_PROBLEM:
-        /* a busy key or store: worth a retry a second later */
+        /*
+         * A busy key or store, or an unknown outcome that a fence may
+         * decide (fence.c): worth a retry a second later
+         */
         rc = ngx_http_idempotency_problem(r, ctx->problem,
                  (ctx->problem == NGX_HTTP_IDEMPOTENCY_P_STORE
-                  || ctx->problem == NGX_HTTP_IDEMPOTENCY_P_CONFLICT)
-                 ? 1 : 0);
+                  || ctx->problem == NGX_HTTP_IDEMPOTENCY_P_CONFLICT
+                  || (ctx->problem == NGX_HTTP_IDEMPOTENCY_P_UNKNOWN
+                      && ctx->conf->fence))
+                 ? 1 : 0, &ctx->fence.members);
         break;
 
     default:

@@ -26,6 +26,7 @@
 #include "ngx_http_idempotency_issue.h"
 #include "ngx_http_idempotency_admin.h"
 #include "ngx_http_idempotency_resend.h"
+#include "ngx_http_idempotency_fence.h"
 
 
 #define NGX_HTTP_IDEMPOTENCY_MAX_RESPONSE  (256 * 1024 * 1024)
@@ -61,6 +62,8 @@ static ngx_int_t ngx_http_idempotency_key_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
 static ngx_int_t ngx_http_idempotency_epoch_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
+static ngx_http_idempotency_ctx_t *ngx_http_idempotency_claimed(
+    ngx_http_request_t *r);
 static ngx_int_t ngx_http_idempotency_tier_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
 
@@ -218,6 +221,13 @@ static ngx_command_t  ngx_http_idempotency_commands[] = {
       offsetof(ngx_http_idempotency_loc_conf_t, epoch_header),
       NULL },
 
+    { ngx_string("idempotency_fence"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE12,
+      ngx_http_idempotency_fence_directive,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("idempotency_key_issuer"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS|NGX_CONF_TAKE1,
       ngx_http_idempotency_key_issuer,
@@ -343,6 +353,10 @@ static ngx_http_variable_t  ngx_http_idempotency_vars[] = {
       ngx_http_idempotency_tier_variable, 0,
       NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
+    { ngx_string("idempotency_key_hash"), NULL,
+      ngx_http_idempotency_epoch_variable, 1,
+      NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
     { ngx_string("idempotency_epoch"), NULL,
       ngx_http_idempotency_epoch_variable, 0,
       NGX_HTTP_VAR_NOCACHEABLE, 0 },
@@ -385,6 +399,8 @@ ngx_http_idempotency(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     if (ilcf->store == NULL) {
         return NGX_CONF_ERROR;
     }
+
+    ilcf->store->keys = 1;
 
     return NGX_CONF_OK;
 }
@@ -737,13 +753,11 @@ ngx_http_idempotency_tier_variable(ngx_http_request_t *r,
 }
 
 
-/* the claim's epoch, for a request that won it (it is forwarded) */
+/* the context of a request that won its claim (it is forwarded) */
 
-static ngx_int_t
-ngx_http_idempotency_epoch_variable(ngx_http_request_t *r,
-    ngx_http_variable_value_t *v, uintptr_t data)
+static ngx_http_idempotency_ctx_t *
+ngx_http_idempotency_claimed(ngx_http_request_t *r)
 {
-    u_char                      *p;
     ngx_http_idempotency_ctx_t  *ctx;
 
     ctx = ngx_http_idempotency_get_ctx(r->main);
@@ -753,16 +767,42 @@ ngx_http_idempotency_epoch_variable(ngx_http_request_t *r,
         || (ctx->status != NGX_HTTP_IDEMPOTENCY_NEW
             && ctx->status != NGX_HTTP_IDEMPOTENCY_TAKEOVER))
     {
+        return NULL;
+    }
+
+    return ctx;
+}
+
+
+/*
+ * The claim's epoch, or (data 1) the key's row in the store as 64 hex
+ * digits: with the epoch, what a backend's fence marker names (fence.c)
+ */
+
+static ngx_int_t
+ngx_http_idempotency_epoch_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    u_char                      *p;
+    ngx_http_idempotency_ctx_t  *ctx;
+
+    ctx = ngx_http_idempotency_claimed(r);
+
+    if (ctx == NULL) {
         v->not_found = 1;
         return NGX_OK;
     }
 
-    p = ngx_pnalloc(r->pool, NGX_INT_T_LEN);
+    p = ngx_pnalloc(r->pool, data ? 2 * NGX_HTTP_IDEMPOTENCY_HASH_LEN
+                                  : NGX_INT_T_LEN);
     if (p == NULL) {
         return NGX_ERROR;
     }
 
-    v->len = ngx_sprintf(p, "%ui", ctx->epoch) - p;
+    v->len = (data ? ngx_hex_dump(p, ctx->key_hash,
+                                  NGX_HTTP_IDEMPOTENCY_HASH_LEN)
+                   : ngx_sprintf(p, "%ui", ctx->epoch))
+             - p;
     v->data = p;
     v->valid = 1;
     v->no_cacheable = 1;
@@ -853,6 +893,7 @@ ngx_http_idempotency_create_loc_conf(ngx_conf_t *cf)
     conf->on_store_error = NGX_CONF_UNSET_UINT;
     conf->on_unknown = NGX_CONF_UNSET_UINT;
     conf->skip_headers = NGX_CONF_UNSET_PTR;
+    conf->fence = NGX_CONF_UNSET_PTR;
     conf->keys = NGX_CONF_UNSET_UINT;
     conf->issuer_ttl = NGX_CONF_UNSET;
 
@@ -899,6 +940,12 @@ ngx_http_idempotency_merge_loc_conf(ngx_conf_t *cf, void *parent,
                               NGX_HTTP_IDEMPOTENCY_UNKNOWN_KEEP);
     ngx_conf_merge_str_value(conf->epoch_header, prev->epoch_header, "");
     ngx_conf_merge_ptr_value(conf->skip_headers, prev->skip_headers, NULL);
+
+    if (conf->fence == NGX_CONF_UNSET_PTR) {
+        conf->fence_table = prev->fence_table;
+    }
+
+    ngx_conf_merge_ptr_value(conf->fence, prev->fence, NULL);
     ngx_conf_merge_uint_value(conf->keys, prev->keys,
                               NGX_HTTP_IDEMPOTENCY_KEYS_ANY);
 

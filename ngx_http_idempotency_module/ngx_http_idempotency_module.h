@@ -66,6 +66,8 @@ typedef enum {
 #define NGX_HTTP_IDEMPOTENCY_ROW_UNSTORED   2
 #define NGX_HTTP_IDEMPOTENCY_ROW_UNKNOWN    3    /* outcome unknown */
 #define NGX_HTTP_IDEMPOTENCY_ROW_RELEASED   4    /* free, epoch kept; sql.c */
+#define NGX_HTTP_IDEMPOTENCY_ROW_EXECUTED   5    /* the backend's marker says
+                                                    it ran; fence.c */
 
 #define NGX_HTTP_IDEMPOTENCY_STORE_REJECT   0
 #define NGX_HTTP_IDEMPOTENCY_STORE_PASS     1
@@ -141,6 +143,8 @@ struct ngx_http_idempotency_store_s {
     ngx_uint_t                      conf_line;
     unsigned                        defined:1;
     unsigned                        needs_secret:1;  /* issued keys */
+    unsigned                        keys:1;    /* "idempotency" uses it */
+    unsigned                        fence:1;   /* "idempotency_fence" */
 };
 
 
@@ -170,6 +174,8 @@ typedef struct {
     ngx_uint_t                      on_store_error;
     ngx_uint_t                      on_unknown;
     ngx_str_t                       epoch_header;  /* len 0: none */
+    ngx_http_idempotency_store_t   *fence;     /* NULL: off; fence.c */
+    ngx_str_t                       fence_table;
     ngx_uint_t                      keys;      /* issue.h: any, issued */
     time_t                          issuer_ttl; /* UNSET: no issuer */
 } ngx_http_idempotency_loc_conf_t;

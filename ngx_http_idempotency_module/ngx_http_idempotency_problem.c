@@ -22,6 +22,7 @@ typedef struct {
     ngx_str_t    type;
     ngx_str_t    title;
     ngx_str_t    detail;
+    ngx_uint_t   hints;        /* a protected request's: should-retry */
 } ngx_http_idempotency_problem_t;
 
 
@@ -30,7 +31,7 @@ typedef struct {
 
 static ngx_int_t ngx_http_idempotency_problem_out(ngx_http_request_t *r,
     ngx_http_idempotency_problem_e problem, ngx_str_t *detail,
-    ngx_str_t *members, time_t retry_after);
+    ngx_str_t *members, time_t retry_after, ngx_uint_t hints);
 static ngx_int_t ngx_http_idempotency_problem_grpc(ngx_http_request_t *r,
     ngx_http_idempotency_problem_e problem, ngx_str_t *detail,
     time_t retry_after);
@@ -41,27 +42,31 @@ static ngx_http_idempotency_problem_t  ngx_http_idempotency_problems[] = {
       NGX_HTTP_BAD_REQUEST, NGX_HTTP_IDEMPOTENCY_MISSING,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "key-missing"),
       ngx_string("Idempotency key missing"),
-      ngx_string("This resource requires an idempotency key header.") },
+      ngx_string("This resource requires an idempotency key header."),
+      1 },
 
     [NGX_HTTP_IDEMPOTENCY_P_INVALID] = {
       NGX_HTTP_BAD_REQUEST, NGX_HTTP_IDEMPOTENCY_INVALID,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "key-invalid"),
       ngx_string("Idempotency key invalid"),
-      ngx_string("The idempotency key header is malformed.") },
+      ngx_string("The idempotency key header is malformed."),
+      1 },
 
     [NGX_HTTP_IDEMPOTENCY_P_MISMATCH] = {
       422, NGX_HTTP_IDEMPOTENCY_MISMATCH,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "key-reused"),
       ngx_string("Idempotency key reused"),
       ngx_string("This idempotency key was already used for a different "
-                 "request (method, URI or body differ).") },
+                 "request (method, URI or body differ)."),
+      1 },
 
     [NGX_HTTP_IDEMPOTENCY_P_CONFLICT] = {
       NGX_HTTP_CONFLICT, NGX_HTTP_IDEMPOTENCY_CONFLICT,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "request-in-progress"),
       ngx_string("Request in progress"),
       ngx_string("A request with this idempotency key is still being "
-                 "processed; retry later.") },
+                 "processed; retry later."),
+      1 },
 
     [NGX_HTTP_IDEMPOTENCY_P_UNSTORED] = {
       410, NGX_HTTP_IDEMPOTENCY_UNSTORED,
@@ -69,28 +74,32 @@ static ngx_http_idempotency_problem_t  ngx_http_idempotency_problems[] = {
       ngx_string("Response not stored"),
       ngx_string("A request with this idempotency key was already "
                  "executed, but its response could not be stored; it is "
-                 "not executed again.") },
+                 "not executed again."),
+      1 },
 
     [NGX_HTTP_IDEMPOTENCY_P_STORE] = {
       NGX_HTTP_SERVICE_UNAVAILABLE, NGX_HTTP_IDEMPOTENCY_ERROR,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "store-unavailable"),
       ngx_string("Idempotency store unavailable"),
       ngx_string("The idempotency key could not be checked; the request "
-                 "was not executed.  Retry later.") },
+                 "was not executed.  Retry later."),
+      1 },
 
     [NGX_HTTP_IDEMPOTENCY_P_SCOPE] = {
       NGX_HTTP_BAD_REQUEST, NGX_HTTP_IDEMPOTENCY_NOSCOPE,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "scope-missing"),
       ngx_string("Idempotency scope missing"),
       ngx_string("The idempotency key cannot be scoped to a client for "
-                 "this request (no identity); it was not executed.") },
+                 "this request (no identity); it was not executed."),
+      1 },
 
     [NGX_HTTP_IDEMPOTENCY_P_NOT_ISSUED] = {
       NGX_HTTP_BAD_REQUEST, NGX_HTTP_IDEMPOTENCY_INVALID,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "key-not-issued"),
       ngx_string("Idempotency key not issued"),
       ngx_string("This resource only accepts idempotency keys that this "
-                 "server issued and that have not expired.") },
+                 "server issued and that have not expired."),
+      1 },
 
     [NGX_HTTP_IDEMPOTENCY_P_UNKNOWN] = {
       NGX_HTTP_BAD_GATEWAY, NGX_HTTP_IDEMPOTENCY_UNKNOWN,
@@ -99,7 +108,19 @@ static ngx_http_idempotency_problem_t  ngx_http_idempotency_problems[] = {
       ngx_string("A request with this idempotency key was sent to the "
                  "backend and no complete response came back: it may have "
                  "been executed.  It is not executed again; an operator "
-                 "can tell, and release the key.") },
+                 "can tell, and release the key."),
+      1 },
+
+    [NGX_HTTP_IDEMPOTENCY_P_EXECUTED] = {
+      410, NGX_HTTP_IDEMPOTENCY_UNSTORED,
+      ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "outcome-executed"),
+      ngx_string("Executed, response lost"),
+      ngx_string("A request with this idempotency key was executed: the "
+                 "backend's own transaction recorded it, but its response "
+                 "never came back.  It is not executed again; \"result\", "
+                 "when present, is the backend's reference to what it "
+                 "made."),
+      1 },
 
     /* the operator API (admin.c): most details are the caller's; no
      * protected request is refused with these */
@@ -108,21 +129,24 @@ static ngx_http_idempotency_problem_t  ngx_http_idempotency_problems[] = {
       NGX_HTTP_BAD_REQUEST, NGX_HTTP_IDEMPOTENCY_ERROR,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "admin-bad-request"),
       ngx_string("Bad operator request"),
-      ngx_string("The request's arguments are not an operator API call.") },
+      ngx_string("The request's arguments are not an operator API call."),
+      0 },
 
     [NGX_HTTP_IDEMPOTENCY_P_ADMIN_METHOD] = {
       NGX_HTTP_NOT_ALLOWED, NGX_HTTP_IDEMPOTENCY_ERROR,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "admin-method-not-allowed"),
       ngx_string("Method not allowed"),
       ngx_string("The operator API answers GET and HEAD (inspect, list) "
-                 "and POST (release, forget).") },
+                 "and POST (release, forget)."),
+      0 },
 
     [NGX_HTTP_IDEMPOTENCY_P_NOT_FOUND] = {
       NGX_HTTP_NOT_FOUND, NGX_HTTP_IDEMPOTENCY_ERROR,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "key-not-found"),
       ngx_string("Idempotency key not found"),
       ngx_string("The store has no row for this key: it was never "
-                 "claimed, was released or forgotten, or was purged.") },
+                 "claimed, was released or forgotten, or was purged."),
+      0 },
 
     [NGX_HTTP_IDEMPOTENCY_P_CHANGED] = {
       NGX_HTTP_CONFLICT, NGX_HTTP_IDEMPOTENCY_ERROR,
@@ -130,13 +154,15 @@ static ngx_http_idempotency_problem_t  ngx_http_idempotency_problems[] = {
       ngx_string("Idempotency key changed"),
       ngx_string("The key's row is no longer the version given: it was "
                  "renewed, completed or taken over since.  Nothing was "
-                 "changed; read it again (\"current\").") },
+                 "changed; read it again (\"current\")."),
+      0 },
 
     [NGX_HTTP_IDEMPOTENCY_P_NOT_APPLICABLE] = {
       NGX_HTTP_CONFLICT, NGX_HTTP_IDEMPOTENCY_ERROR,
       ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "action-not-applicable"),
       ngx_string("Action not applicable"),
-      ngx_string("The action does not apply to the key's state.") }
+      ngx_string("The action does not apply to the key's state."),
+      0 }
 };
 
 NGX_HTTP_IDEMPOTENCY_TABLE_CHECK(ngx_http_idempotency_problems,
@@ -150,7 +176,9 @@ NGX_HTTP_IDEMPOTENCY_TABLE_CHECK(ngx_http_idempotency_problems,
  * identity to scope the key to); a key used for another call
  * FAILED_PRECONDITION; a key still in progress ABORTED, the store down
  * UNAVAILABLE, both with grpc-retry-pushback-ms; an executed call whose
- * answer is not stored ALREADY_EXISTS; an outcome nobody knows UNKNOWN.
+ * answer is not stored, or that the fence found executed, ALREADY_EXISTS
+ * (the backend's result reference is not carried); an outcome nobody
+ * knows UNKNOWN.
  * grpc-message is the problem's title and detail.
  */
 static ngx_http_idempotency_grpc_code_e  ngx_http_idempotency_grpc_problems[]
@@ -169,6 +197,8 @@ static ngx_http_idempotency_grpc_code_e  ngx_http_idempotency_grpc_problems[]
     [NGX_HTTP_IDEMPOTENCY_P_NOT_ISSUED] =
         NGX_HTTP_IDEMPOTENCY_GRPC_INVALID_ARGUMENT,
     [NGX_HTTP_IDEMPOTENCY_P_UNKNOWN] = NGX_HTTP_IDEMPOTENCY_GRPC_UNKNOWN,
+    [NGX_HTTP_IDEMPOTENCY_P_EXECUTED] =
+        NGX_HTTP_IDEMPOTENCY_GRPC_ALREADY_EXISTS,
 
     /* the operator API is not called over gRPC; for completeness */
 
@@ -188,10 +218,12 @@ NGX_HTTP_IDEMPOTENCY_TABLE_CHECK(ngx_http_idempotency_grpc_problems,
 
 ngx_int_t
 ngx_http_idempotency_problem(ngx_http_request_t *r,
-    ngx_http_idempotency_problem_e problem, time_t retry_after)
+    ngx_http_idempotency_problem_e problem, time_t retry_after,
+    ngx_str_t *members)
 {
-    return ngx_http_idempotency_problem_out(r, problem, NULL, NULL,
-                                            retry_after);
+    return ngx_http_idempotency_problem_out(r, problem, NULL, members,
+                                retry_after,
+                                ngx_http_idempotency_problems[problem].hints);
 }
 
 
@@ -200,7 +232,8 @@ ngx_http_idempotency_problem_ext(ngx_http_request_t *r,
     ngx_http_idempotency_problem_e problem, ngx_str_t *detail,
     ngx_str_t *members)
 {
-    return ngx_http_idempotency_problem_out(r, problem, detail, members, 0);
+    return ngx_http_idempotency_problem_out(r, problem, detail, members, 0,
+                                            0);
 }
 
 
@@ -214,14 +247,23 @@ ngx_http_idempotency_problem_status(ngx_http_idempotency_problem_e problem)
 static ngx_int_t
 ngx_http_idempotency_problem_out(ngx_http_request_t *r,
     ngx_http_idempotency_problem_e problem, ngx_str_t *detail,
-    ngx_str_t *members, time_t retry_after)
+    ngx_str_t *members, time_t retry_after, ngx_uint_t hints)
 {
     size_t                           len, escape;
     ngx_str_t                        value;
+    ngx_uint_t                       i;
     ngx_buf_t                       *b;
     ngx_http_idempotency_problem_t  *p;
 
     static ngx_str_t  retry_after_key = ngx_string("Retry-After");
+    static ngx_str_t  retry_keys[] = {
+        ngx_string("Stripe-Should-Retry"),
+        ngx_string("X-Should-Retry")
+    };
+    static ngx_str_t  retry_values[] = {
+        ngx_string("false"),
+        ngx_string("true")
+    };
 
     p = &ngx_http_idempotency_problems[problem];
 
@@ -289,6 +331,17 @@ ngx_http_idempotency_problem_out(ngx_http_request_t *r,
         value.len = ngx_sprintf(value.data, "%T", retry_after) - value.data;
 
         if (ngx_http_idempotency_add_header(r, &retry_after_key, &value)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    /* the SDKs' own rules would retry a 409 or a 5xx blindly */
+
+    for (i = 0; hints && i < 2; i++) {
+        if (ngx_http_idempotency_add_header(r, &retry_keys[i],
+                                            &retry_values[retry_after > 0])
             != NGX_OK)
         {
             return NGX_ERROR;

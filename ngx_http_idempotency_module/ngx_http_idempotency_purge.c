@@ -78,7 +78,9 @@ ngx_http_idempotency_purge_init(ngx_cycle_t *cycle)
 
     for (i = 0; i < imcf->stores.nelts; i++) {
 
-        if (stores[i]->purge == 0) {
+        /* a store that only holds fence markers has no keys to purge */
+
+        if (stores[i]->purge == 0 || (stores[i]->fence && !stores[i]->keys)) {
             continue;
         }
 

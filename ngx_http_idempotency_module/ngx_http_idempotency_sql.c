@@ -26,6 +26,9 @@
 static ngx_http_idempotency_op_t *ngx_http_idempotency_sql_text(
     ngx_http_idempotency_shard_t *shard, ngx_log_t *log, const char *name,
     ngx_uint_t kind);
+static ngx_http_idempotency_op_t *ngx_http_idempotency_sql_sized(
+    ngx_http_idempotency_shard_t *shard, ngx_log_t *log, const char *name,
+    size_t size);
 static ngx_http_idempotency_op_t *ngx_http_idempotency_admin_text(
     ngx_http_idempotency_shard_t *shard, ngx_log_t *log, size_t extra);
 static u_char *ngx_http_idempotency_owned(u_char *p, u_char *key_hash,
@@ -116,6 +119,8 @@ static ngx_http_idempotency_part_t  ngx_http_idempotency_claim_parts[] = {
  * the request's owner and fingerprint in claim.c, so that the READs of
  * many requests can share a statement; the stored response is read only
  * for a fingerprint of one of them (or when one of them compares none).
+ * A key that ran by its backend's marker (5, ROW_EXECUTED) keeps the
+ * backend's short reference to its result where the response would be.
  */
 
 static ngx_http_idempotency_part_t  ngx_http_idempotency_read_parts[] = {
@@ -123,7 +128,7 @@ static ngx_http_idempotency_part_t  ngx_http_idempotency_read_parts[] = {
       "GREATEST(TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(3), expires_at), 0), "
       NGX_HTTP_IDEMPOTENCY_SQL_EXPIRED ", "
       "state = 0 AND lease_until <= UTC_TIMESTAMP(3), status, epoch, "
-      "IF(state = 1 AND expires_at > UTC_TIMESTAMP(3) "
+      "IF(state = 5 OR state = 1 AND expires_at > UTC_TIMESTAMP(3) "
       "AND IFNULL(fingerprint IN (", NULL },
     { "?", ", " },
     { "), 1), response, NULL) FROM `%V` WHERE key_hash IN (", NULL },
@@ -138,7 +143,9 @@ static ngx_http_idempotency_part_t  ngx_http_idempotency_read_parts[] = {
  * READ saw, fingerprint; assignments run left to right, so created_at and
  * expires_at are tested before expires_at and state change.  Conditional
  * on the epoch too, so that the claim knows its own: one more than it
- * read.
+ * read.  The last marker is 3 (ROW_UNKNOWN) when the epoch read was
+ * fenced (fence.c), and NULL otherwise: a key of unknown outcome is taken
+ * over only once nobody can commit that epoch.
  */
 
 static ngx_http_idempotency_part_t  ngx_http_idempotency_take_parts[] = {
@@ -152,7 +159,7 @@ static ngx_http_idempotency_part_t  ngx_http_idempotency_take_parts[] = {
       "status = NULL, response = NULL "
       "WHERE key_hash = ? AND epoch = ? AND ("
       NGX_HTTP_IDEMPOTENCY_SQL_EXPIRED " OR "
-      NGX_HTTP_IDEMPOTENCY_SQL_DEAD ")", NULL },
+      NGX_HTTP_IDEMPOTENCY_SQL_DEAD " OR state = ?)", NULL },
     { NULL, NULL }
 };
 
@@ -425,6 +432,13 @@ ngx_http_idempotency_sql_claim(ngx_http_idempotency_shard_t *shard,
             goto failed;
         }
 
+        if (cl->fenced) {
+            ngx_http_idempotency_op_num(op, NGX_HTTP_IDEMPOTENCY_ROW_UNKNOWN);
+
+        } else if (ngx_http_idempotency_op_bytes(op, NULL, 0) != NGX_OK) {
+            goto failed;
+        }
+
         break;
     }
 
@@ -585,6 +599,89 @@ ngx_http_idempotency_sql_running(ngx_http_idempotency_shard_t *shard,
                               "information_schema.PROCESSLIST WHERE ID = %ui",
                               thread)
                   - op->sql.data;
+
+    return op;
+}
+
+
+/*
+ * The fence (fence.c): the module's marker of an epoch, fenced (2), then
+ * the marker as it is, by whichever writer got there first: 2, or 1 and
+ * the backend's result when the backend's transaction committed first.
+ * A backend's uncommitted marker makes the INSERT wait for its row lock:
+ * the wait is bounded below query_timeout (a lock wait timeout is an
+ * error, not ignored), and a wait cut short commits nothing or a fence
+ * that the next retry finds.  In the same round trip, as one text.
+ */
+
+ngx_http_idempotency_op_t *
+ngx_http_idempotency_sql_fence(ngx_http_idempotency_shard_t *shard,
+    ngx_log_t *log, ngx_str_t *table, u_char *key_hash, ngx_uint_t epoch,
+    ngx_uint_t lock_wait)
+{
+    u_char                     *p;
+    ngx_http_idempotency_op_t  *op;
+
+    op = ngx_http_idempotency_sql_sized(shard, log, "fence",
+                                        512 + 2 * table->len);
+    if (op == NULL) {
+        return NULL;
+    }
+
+    p = ngx_sprintf(op->sql.data, "SET SESSION innodb_lock_wait_timeout = "
+                    "%ui; INSERT IGNORE INTO `%V` (key_hash, epoch, state, "
+                    "created_at) VALUES (", lock_wait, table);
+    p = ngx_http_idempotency_hex(p, key_hash, 32);
+    p = ngx_sprintf(p, ", %ui, 2, UTC_TIMESTAMP(3)); SELECT state, result "
+                    "FROM `%V` WHERE key_hash = ", epoch, table);
+    p = ngx_http_idempotency_hex(p, key_hash, 32);
+    p = ngx_sprintf(p, " AND epoch = %ui", epoch);
+
+    op->sql.len = p - op->sql.data;
+
+    return op;
+}
+
+
+/*
+ * The key ran, by its backend's marker: state 5 (ROW_EXECUTED) with the
+ * backend's result, while the row is still of that epoch and either of
+ * unknown outcome or in progress with a dead lease.  The owner stays: a
+ * late completion of an owner that was only cut off still stores its
+ * answer, which is then replayed; its renewals (state 0) change nothing.
+ */
+
+ngx_http_idempotency_op_t *
+ngx_http_idempotency_sql_executed(ngx_http_idempotency_shard_t *shard,
+    ngx_log_t *log, u_char *key_hash, ngx_uint_t epoch, ngx_str_t *result)
+{
+    u_char                     *p;
+    ngx_http_idempotency_op_t  *op;
+
+    op = ngx_http_idempotency_sql_sized(shard, log, "executed",
+                                        512 + shard->store->table.len
+                                        + 2 * result->len);
+    if (op == NULL) {
+        return NULL;
+    }
+
+    p = ngx_sprintf(op->sql.data, "UPDATE `%V` SET state = 5, "
+                    "lease_until = UTC_TIMESTAMP(3), status = NULL, "
+                    "response = ", &shard->store->table);
+
+    if (result->len) {
+        p = ngx_http_idempotency_hex(p, result->data, result->len);
+
+    } else {
+        p = ngx_cpymem(p, "NULL", 4);
+    }
+
+    p = ngx_cpymem(p, " WHERE key_hash = ", 18);
+    p = ngx_http_idempotency_hex(p, key_hash, 32);
+    p = ngx_sprintf(p, " AND epoch = %ui AND (state = 3 OR state = 0 AND "
+                    "lease_until <= UTC_TIMESTAMP(3))", epoch);
+
+    op->sql.len = p - op->sql.data;
 
     return op;
 }
@@ -878,14 +975,33 @@ ngx_http_idempotency_sql_text(ngx_http_idempotency_shard_t *shard,
 {
     ngx_http_idempotency_op_t  *op;
 
-    op = ngx_http_idempotency_op_create(shard, log, 256
-                                        + shard->store->table.len);
+    op = ngx_http_idempotency_sql_sized(shard, log, name,
+                                        256 + shard->store->table.len);
+    if (op == NULL) {
+        return NULL;
+    }
+
+    op->kind = kind;
+
+    return op;
+}
+
+
+/* a text op with room for size bytes of statement, not counted */
+
+static ngx_http_idempotency_op_t *
+ngx_http_idempotency_sql_sized(ngx_http_idempotency_shard_t *shard,
+    ngx_log_t *log, const char *name, size_t size)
+{
+    ngx_http_idempotency_op_t  *op;
+
+    op = ngx_http_idempotency_op_create(shard, log, size);
     if (op == NULL) {
         return NULL;
     }
 
     op->name = name;
-    op->kind = kind;
+    op->kind = NGX_HTTP_IDEMPOTENCY_OP_OTHER;
 
     return op;
 }

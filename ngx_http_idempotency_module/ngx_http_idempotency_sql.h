@@ -57,6 +57,7 @@
 /* "take": the row may be taken over, and why */
 #define NGX_HTTP_IDEMPOTENCY_TAKE_EXPIRED 1
 #define NGX_HTTP_IDEMPOTENCY_TAKE_LEASE   2
+#define NGX_HTTP_IDEMPOTENCY_TAKE_FENCED  3   /* unknown, its epoch fenced */
 
 
 typedef struct {
@@ -66,6 +67,7 @@ typedef struct {
     ngx_msec_t    lease;
     time_t        ttl;
     ngx_uint_t    epoch;           /* TAKE: the epoch the READ saw */
+    ngx_uint_t    fenced;          /* TAKE: that epoch was fenced */
 } ngx_http_idempotency_claim_t;
 
 
@@ -114,6 +116,27 @@ ngx_http_idempotency_op_t *ngx_http_idempotency_sql_kill(
     ngx_uint_t query);
 ngx_http_idempotency_op_t *ngx_http_idempotency_sql_running(
     ngx_http_idempotency_shard_t *shard, ngx_log_t *log, ngx_uint_t thread);
+
+/* the columns of the fence's row: the marker's state, the result */
+#define NGX_HTTP_IDEMPOTENCY_FENCE_F_STATE    0
+#define NGX_HTTP_IDEMPOTENCY_FENCE_F_RESULT   1
+
+/* the fence's state of a marker, and the backend's */
+#define NGX_HTTP_IDEMPOTENCY_MARK_EXECUTED    1
+#define NGX_HTTP_IDEMPOTENCY_MARK_FENCED      2
+
+/*
+ * The fence of a key's epoch in the marker table; lock_wait, in whole
+ * seconds, bounds the wait for a backend's uncommitted marker
+ */
+ngx_http_idempotency_op_t *ngx_http_idempotency_sql_fence(
+    ngx_http_idempotency_shard_t *shard, ngx_log_t *log, ngx_str_t *table,
+    u_char *key_hash, ngx_uint_t epoch, ngx_uint_t lock_wait);
+
+/* the key ran, by the backend's marker of epoch: ROW_EXECUTED */
+ngx_http_idempotency_op_t *ngx_http_idempotency_sql_executed(
+    ngx_http_idempotency_shard_t *shard, ngx_log_t *log, u_char *key_hash,
+    ngx_uint_t epoch, ngx_str_t *result);
 
 /* the key's state, and whether owner holds it ("1" or "0") */
 ngx_http_idempotency_op_t *ngx_http_idempotency_sql_owner(

@@ -28,6 +28,8 @@ PACKAGES=(
     # the real FastCGI and uwsgi backends of t/085 and t/086 (their own
     # instances, started by scripts/services.sh, never the system's)
     php8.2-fpm uwsgi-core uwsgi-plugin-python3
+    # the demo backend's withdrawals (backend/withdraw.py, t/048)
+    python3-pymysql
     # t/190-tls.t makes its CA and certificates; t/330 and t/335 check
     # the metrics with promtool and a private Prometheus server
     openssl prometheus

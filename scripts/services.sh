@@ -339,6 +339,9 @@ mysql_schema() {
     fi
     my_root "$MY_DB" < "$SCHEMA" || return 1
     echo "$sum" > "$MY_DIR/schema.sha256"
+    # the fence's markers and the demo backend's withdrawals (t/048, demo)
+    cat "$ROOT/mysql/fence.sql" "$ROOT/backend/withdraw.sql" \
+        | my_root "$MY_DB" || return 1
 }
 
 mysql_start() {
@@ -465,6 +468,11 @@ mysql_reset() {
     mysql_running >/dev/null || die "$MY_NAME: not running (scripts/services.sh start)"
     my_root "$MY_DB" -e 'TRUNCATE TABLE idempotency_keys' \
         || die "$MY_NAME: TRUNCATE failed"
+    # a marker of an earlier run would find the same keys executed; the
+    # demo's withdrawals start again from alice's 1000 (backend/withdraw.sql)
+    my_root "$MY_DB" -e "TRUNCATE TABLE idempotency_fence;
+        TRUNCATE TABLE withdrawals;
+        UPDATE accounts SET balance = 1000 WHERE id = 'alice'" 2>/dev/null || true
     echo "$MY_NAME: table idempotency_keys truncated"
 }
 
@@ -874,8 +882,9 @@ backend_start() {
     command -v "$PYTHON" >/dev/null 2>&1 || die "$PYTHON not found (scripts/deps.sh)"
     mkdir -p "$(dirname "$pidfile")" "$(dirname "$logfile")"
 
+    # BACKEND_ARGS: more options of backend/app.py (make run: --bank-db)
     setsid "$PYTHON" "$APP" --host 127.0.0.1 --port "$port" \
-        --pidfile "$pidfile" --log "$logfile" \
+        ${BACKEND_ARGS:-} --pidfile "$pidfile" --log "$logfile" \
         </dev/null >>"$logfile" 2>&1 9>&- &
     local spid=$!
 

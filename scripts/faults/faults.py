@@ -18,7 +18,9 @@ scripts/faults/check.py:
   tc_drop()); a relay in the namespace (relay.py) delays the store
   `slow`;
 - a Redis on 127.0.0.1:6420, the backend (backend/app.py --exec-log
-  --fence-header) on 127.0.0.1:8491, and /usr/sbin/nginx with
+  --fence-header) on 127.0.0.1:8491, the bank of the fence scenarios
+  (backend/app.py --bank-db, scripts/faults/fence.py) on 127.0.0.1:8492,
+  and /usr/sbin/nginx with
   build/ngx_http_idempotency_module.so on 127.0.0.1:8480 (2 workers);
 - for the Galera scenarios, the cluster of scripts/galera.sh under
   build/faults/galera (its fixed ports 13306-13308, 14567...: refused if
@@ -52,6 +54,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 import check  # noqa: E402
+import fence  # noqa: E402
 import load   # noqa: E402
 
 B = os.path.join(ROOT, "build", "faults")
@@ -78,6 +81,9 @@ SHORT_LEASE = 4.0      # /k/ and /f/: worker kills, where only the lease
                        # decides how soon a dead owner's key is taken over
 QUERY_TIMEOUT = 1.0    # query_timeout= and connect_timeout=
 BOUND = LEASE + 3 * QUERY_TIMEOUT + 3.0   # answers after the heal
+# with idempotency_fence: a fence (query_timeout at most), a client's
+# back-off (2 s at most) and its attempt (1.5 s), twice
+FENCE_BOUND = 2 * (QUERY_TIMEOUT + 2.0 + 1.5)
 
 LOG = None
 
@@ -342,9 +348,10 @@ class Nginx:
         for d in ("conf", "logs", "tmp"):
             os.makedirs(os.path.join(self.prefix, d), exist_ok=True)
         locs = "".join(LOCATION.format(
-            path=p, store=s, backend=BACKEND_PORT,
-            extra="".join("            %s;\n" % x for x in extra))
-            for p, s, extra in locations)
+            path=loc[0], store=loc[1],
+            backend=loc[3] if len(loc) > 3 else BACKEND_PORT,
+            extra="".join("            %s;\n" % x for x in loc[2]))
+            for loc in locations)
         with open(self.conf, "w") as f:
             f.write(NGINX_CONF.format(module=MODULE, port=port,
                                       lease=int(LEASE),
@@ -608,7 +615,7 @@ def file_size(p):
 
 def run_scenario(env, name, title, ops, nemesis_fn, policy=None,
                  logs=None, fencing=False, bound=BOUND, notes=(),
-                 lease=LEASE):
+                 lease=LEASE, checker=None):
     d = os.path.join(B, "runs", name)
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
@@ -666,7 +673,7 @@ def run_scenario(env, name, title, ops, nemesis_fn, policy=None,
             "wall": time.time() - t0}
     with open(os.path.join(d, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1)
-    row = check.check(d)
+    row = checker(d) if checker else check.check(d)
     row["fencing"] = fencing
     row["errorlog"] = elog
     row["wall"] = meta["wall"]
@@ -1111,6 +1118,7 @@ def cleanup(env=None):
             if ngx:
                 ngx.stop()
         env.svc.backend_stop()
+        fence.bank_stop(env)
         relay = getattr(env, "relay", None)
         if relay and relay.poll() is None:
             relay.terminate()
@@ -1125,9 +1133,11 @@ def cleanup(env=None):
                 pid = read_pid(os.path.join(prefix, pf))
                 if pid and alive(pid):
                     os.kill(pid, signal.SIGTERM)
-        pid = read_pid(os.path.join(B, "backend.pid"))
-        if pid and alive(pid):
-            os.kill(pid, signal.SIGTERM)
+        for pf in ("backend.pid", "bank.pid"):
+            pid = read_pid(os.path.join(B, pf))
+            if pid and alive(pid):
+                os.kill(pid, signal.SIGCONT)
+                os.kill(pid, signal.SIGTERM)
     svc = env.svc if env else Services()
     if svc.db_pid and alive(svc.db_pid):
         os.kill(svc.db_pid, signal.SIGCONT)
@@ -1212,13 +1222,15 @@ def main():
 
     rc = 0
     try:
-        for p in (DB_PORT, REDIS_PORT, BACKEND_PORT, NGINX_PORT):
+        for p in (DB_PORT, REDIS_PORT, BACKEND_PORT, fence.BANK_PORT,
+                  NGINX_PORT):
             if port_busy(p):
                 raise RuntimeError("port %d is in use" % p)
         net_up()
         env.svc.db_start()
         env.svc.redis_start()
         env.svc.backend_start()
+        fence.bank_start(sys.modules[__name__], env)
         env.relay = subprocess.Popen(
             ["ip", "netns", "exec", NS, PYTHON, os.path.join(HERE, "relay.py"),
              "%s:%d" % (DB_IP, RELAY_PORT), "%s:%d" % (DB_IP, DB_PORT),
@@ -1233,6 +1245,7 @@ def main():
                 ("/f/orders", "main",
                  ["idempotency_lease %ds" % SHORT_LEASE,
                   "idempotency_epoch_header %s" % EPOCH_HEADER])]
+        locs += fence.locations(SHORT_LEASE)
         env.nginx = Nginx("nginx", NGINX_PORT,
                           [store_line("main", "%s:%d" % (DB_IP, DB_PORT)),
                            store_line("withredis", "%s:%d" % (DB_IP, DB_PORT),
@@ -1245,10 +1258,23 @@ def main():
         if not args.short:
             scen.append(fencing_scenario(env))
             scen.append(gateway_scenario(env))
+        scen += fence.scenarios(sys.modules[__name__], env, args.short,
+                                random.Random(48))
         for name, title, ops, fn in scen:
             if only and name not in only:
                 continue
             kw = {}
+            if name.startswith("fence-"):
+                # the first retry once the bank answers again decides;
+                # after a worker kill, once the lease and the old
+                # execution (5 s) are over
+                kw = {"fencing": True, "bound": FENCE_BOUND,
+                      "checker": lambda d: fence.check_run(
+                          sys.modules[__name__], env, d)}
+                if name == "fence-worker-kill":
+                    kw.update(bound=SHORT_LEASE + 5.0 + FENCE_BOUND,
+                              policy=load.Policy(budget=40.0),
+                              lease=SHORT_LEASE)
             if name == "fencing":
                 kw = {"fencing": True, "bound": SHORT_LEASE + 7.5 + BOUND,
                       "policy": load.Policy(budget=40.0),

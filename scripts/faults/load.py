@@ -110,8 +110,12 @@ def final(a):
     """True for an answer a client acts on and does not retry: the
     operation's result (first or replayed), 410 (executed, not stored), an
     outcome-unknown problem (never run again: nothing to retry for) and any
-    other 4xx but 409 (a client error retrying does not mend)."""
+    other 4xx but 409 (a client error retrying does not mend).  As the
+    SDKs do, X-Should-Retry: true makes any answer worth a retry (an
+    outcome-unknown that a fence may decide)."""
     if a.outcome != "http":
+        return False
+    if a.headers.get("x-should-retry") == "true":
         return False
     if 200 <= a.status < 300:
         return True

@@ -1,0 +1,204 @@
+# Copyright (C) 2026 The ngx_http_idempotency_module authors
+# SPDX-License-Identifier: BSD-2-Clause
+
+"""The withdrawal of backend/app.py (--bank-db): a business transaction
+that takes part in the module's fence (docs/design.md, "Fence or find").
+
+    POST /withdraw?account=A&amount=N[&delay=MS|&hold=MS]   (HTTP only;
+                                           any path ending in /withdraw)
+    GET  /accounts/A                       the balance and the withdrawals
+
+The request carries the key's hash (header Idempotency-Key-Hash, 64 hex
+digits: $idempotency_key_hash) and its claim epoch (Idempotency-Epoch:
+$idempotency_epoch). In one MariaDB transaction, in this order (the lock
+order: the marker row first, then the business rows):
+
+    INSERT INTO idempotency_fence (key_hash, epoch, state 1 = executed)
+    UPDATE accounts SET balance = balance - N ... (refused below 0)
+    INSERT INTO withdrawals (...)
+    UPDATE idempotency_fence SET result = '/withdrawals/<id>'
+    COMMIT
+
+A duplicate marker means that the epoch was fenced by nginx, or already
+ran: the transaction is rolled back before any business write and the
+answer is 503 .../fenced, a status the module does not store: should the
+request's nginx still wait for it (an owner whose lease had ended but
+who was alive), the key is released and the next retry runs it at a new
+epoch; usually nobody waits (its nginx gave up on it).
+Answers: 201 {"withdrawal":ID,"account":A,"amount":N,"balance":B,
+"epoch":E} with Location /withdrawals/ID; 422 .../insufficient-funds
+(rolled back, marker included); 400 without the two headers; 503 on a
+database error. Tables: mysql/fence.sql and backend/withdraw.sql.
+
+Test hooks, in a request header (X-Withdraw-Hook: die=marker, or
+pause=MS&pause_at=marker), so that a retry without it is the same request
+to the module (its fingerprint covers the URI, not the headers):
+die=before|marker|commit SIGKILLs the backend before its transaction,
+after the marker's INSERT (uncommitted), or after COMMIT before the
+answer; pause=MS with pause_at=before|marker (default before) sleeps
+there. Each hook logs a line "withdraw: <hook> at <where> key_hash=<hex>
+epoch=<E>" first, for tests to wait on.  The query's delay=MS sleeps
+before the transaction and hold=MS after the marker (holding its lock),
+for every attempt alike (the fault harness's slow operations).
+"""
+
+import json
+import os
+import signal
+import time
+
+ER_DUP_ENTRY = 1062
+
+
+def problem(status, kind, title, detail):
+    body = (json.dumps({
+        "type": "https://example.invalid/problems/" + kind,
+        "title": title,
+        "status": status,
+        "detail": detail,
+    }, separators=(",", ":")) + "\n").encode()
+    return status, [("Content-Type", "application/problem+json")], body, kind
+
+
+class Bank:
+    """The withdrawal's database: pymysql, one connection a request."""
+
+    def __init__(self, args, log):
+        import pymysql          # Debian's python3-pymysql (scripts/deps.sh)
+        self.pymysql = pymysql
+        self.log = log
+        self.conn_args = {
+            "user": args.bank_user,
+            "password": args.bank_password or "",
+            "database": args.bank_db,
+            "autocommit": False,
+            "connect_timeout": 5,
+        }
+        if args.bank_socket:
+            self.conn_args["unix_socket"] = args.bank_socket
+        else:
+            self.conn_args["host"] = args.bank_host
+            self.conn_args["port"] = args.bank_port
+        self.table = args.fence_table
+        self.hash_header = args.key_hash_header
+        self.epoch_header = args.epoch_header
+
+    def hook(self, params, where, kh, epoch):
+        if params.get("die") == where:
+            self.log("withdraw: die at %s key_hash=%s epoch=%d"
+                     % (where, kh, epoch))
+            os.kill(os.getpid(), signal.SIGKILL)
+        if "pause" in params and params.get("pause_at", "before") == where:
+            self.log("withdraw: pause at %s key_hash=%s epoch=%d"
+                     % (where, kh, epoch))
+            time.sleep(int(params["pause"]) / 1000.0)
+            self.log("withdraw: resume at %s key_hash=%s epoch=%d"
+                     % (where, kh, epoch))
+
+    def account(self, account):
+        """(status, headers, body, note) of GET /accounts/A."""
+        conn = self.pymysql.connect(**self.conn_args)
+        try:
+            cur = conn.cursor()
+            cur.execute("SELECT balance FROM accounts WHERE id = %s",
+                        (account,))
+            row = cur.fetchone()
+            cur.execute("SELECT id, amount, epoch FROM withdrawals "
+                        "WHERE account = %s ORDER BY id", (account,))
+            ws = [{"withdrawal": i, "amount": a, "epoch": e}
+                  for i, a, e in cur.fetchall()]
+            conn.rollback()
+        finally:
+            conn.close()
+        if row is None:
+            return problem(404, "no-account", "No such account", account)
+        body = (json.dumps({"account": account, "balance": int(row[0]),
+                            "withdrawals": ws},
+                           separators=(",", ":")) + "\n").encode()
+        return 200, [("Content-Type", "application/json")], body, "account"
+
+    def answer(self, headers, params, parse):
+        """(status, headers, body, note) of one withdrawal; parse: the
+        query string parser, for the hook header."""
+        kh = (headers.get(self.hash_header) or "").strip().lower()
+        try:
+            epoch = int((headers.get(self.epoch_header) or "").strip())
+        except ValueError:
+            epoch = 0
+        if len(kh) != 64 or epoch < 1:
+            return problem(400, "no-fence", "No key hash or epoch",
+                           "%s and %s are required"
+                           % (self.hash_header, self.epoch_header))
+        try:
+            account = params.get("account", "acct-1")
+            amount = int(params.get("amount", "10"))
+        except ValueError:
+            return problem(400, "bad-amount", "Bad amount", "not a number")
+
+        hooks = parse(headers.get("X-Withdraw-Hook") or "")
+        for slow, where in (("delay", "before"), ("hold", "marker")):
+            if slow in params and "pause" not in hooks:
+                hooks.update(pause=params[slow], pause_at=where)
+        self.hook(hooks, "before", kh, epoch)
+        try:
+            return self.transaction(hooks, kh, epoch, account, amount)
+        except self.pymysql.err.MySQLError as e:
+            self.log("withdraw: key_hash=%s epoch=%d: database error %s"
+                     % (kh, epoch, e))
+            return problem(503, "database", "Database error", str(e))
+
+    def transaction(self, params, kh, epoch, account, amount):
+        conn = self.pymysql.connect(**self.conn_args)
+        try:
+            cur = conn.cursor()
+            conn.begin()
+            try:
+                cur.execute("INSERT INTO `%s` (key_hash, epoch, state, "
+                            "created_at) VALUES (UNHEX(%%s), %%s, 1, "
+                            "UTC_TIMESTAMP(3))" % self.table, (kh, epoch))
+            except self.pymysql.err.IntegrityError as e:
+                if e.args[0] != ER_DUP_ENTRY:
+                    raise
+                conn.rollback()
+                self.log("withdraw: key_hash=%s epoch=%d is fenced or ran: "
+                         "rolled back" % (kh, epoch))
+                return problem(503, "fenced", "Epoch fenced",
+                               "epoch %d of this key was fenced or ran"
+                               % epoch)
+
+            self.hook(params, "marker", kh, epoch)
+
+            cur.execute("UPDATE accounts SET balance = balance - %s "
+                        "WHERE id = %s AND balance >= %s",
+                        (amount, account, amount))
+            if cur.rowcount != 1:
+                conn.rollback()
+                return problem(422, "insufficient-funds",
+                               "Insufficient funds",
+                               "account %s cannot pay %d" % (account, amount))
+
+            cur.execute("INSERT INTO withdrawals (account, amount, key_hash, "
+                        "epoch, created_at) VALUES (%s, %s, UNHEX(%s), %s, "
+                        "UTC_TIMESTAMP(3))", (account, amount, kh, epoch))
+            wid = cur.lastrowid
+            ref = "/withdrawals/%d" % wid
+            cur.execute("UPDATE `%s` SET result = %%s WHERE key_hash = "
+                        "UNHEX(%%s) AND epoch = %%s" % self.table,
+                        (ref, kh, epoch))
+            cur.execute("SELECT balance FROM accounts WHERE id = %s",
+                        (account,))
+            balance = cur.fetchone()[0]
+            conn.commit()
+        finally:
+            conn.close()
+
+        self.log("withdraw: key_hash=%s epoch=%d committed %s"
+                 % (kh, epoch, ref))
+        self.hook(params, "commit", kh, epoch)
+
+        body = (json.dumps({"withdrawal": wid, "account": account,
+                            "amount": amount, "balance": int(balance),
+                            "epoch": epoch},
+                           separators=(",", ":")) + "\n").encode()
+        return 201, [("Content-Type", "application/json"),
+                     ("Location", ref)], body, "withdraw %d" % wid

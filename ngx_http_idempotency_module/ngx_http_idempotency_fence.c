@@ -1,0 +1,299 @@
+
+/*
+ * Copyright (C) 2026 The ngx_http_idempotency_module authors
+ * SPDX-License-Identifier: BSD-2-Clause
+ */
+
+
+/*
+ * ngx_http_idempotency_module: fence or find.
+ *
+ * The marker table lives where "idempotency_fence" says: a store (its
+ * servers, account, shards, pool and query_timeout), usually one for the
+ * backend's own database, and a table in it.  The fence is one text
+ * round trip (sql.c) and runs only off the hot path: when a retry finds
+ * its key of unknown outcome, or a dead owner's lease.  What it finds
+ * goes back to the claim through the next() it was given.
+ */
+
+
+#include "ngx_http_idempotency_fence.h"
+#include "ngx_http_idempotency_sql.h"
+#include "ngx_http_idempotency_store.h"
+
+
+/* the longest result reference a marker gives back (its column's size) */
+#define NGX_HTTP_IDEMPOTENCY_RESULT_MAX  1024
+
+
+static void ngx_http_idempotency_fence_done(ngx_http_idempotency_op_t *op);
+static ngx_http_idempotency_fence_e ngx_http_idempotency_fence_verdict(
+    ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op);
+
+
+char *
+ngx_http_idempotency_fence_directive(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_idempotency_loc_conf_t  *ilcf = conf;
+
+    u_char     *p;
+    ngx_str_t  *value, table;
+
+    if (ilcf->fence != NGX_CONF_UNSET_PTR) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (ngx_strcmp(value[1].data, "off") == 0) {
+        if (cf->args->nelts > 2) {
+            goto invalid;
+        }
+
+        ilcf->fence = NULL;
+        return NGX_CONF_OK;
+    }
+
+    ngx_str_set(&table, "idempotency_fence");
+
+    if (cf->args->nelts > 2) {
+
+        if (ngx_strncmp(value[2].data, "table=", 6) != 0) {
+            goto invalid;
+        }
+
+        table.data = value[2].data + 6;
+        table.len = value[2].len - 6;
+
+        /* it goes into the statements' text: [A-Za-z0-9_], up to 64 */
+
+        if (table.len == 0 || table.len > 64) {
+            goto invalid;
+        }
+
+        for (p = table.data; p < table.data + table.len; p++) {
+            if (!((*p >= '0' && *p <= '9') || *p == '_'
+                  || ((*p | 0x20) >= 'a' && (*p | 0x20) <= 'z')))
+            {
+                goto invalid;
+            }
+        }
+    }
+
+    ilcf->fence = ngx_http_idempotency_find_store(cf, &value[1]);
+    if (ilcf->fence == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    ilcf->fence->fence = 1;
+    ilcf->fence_table = table;
+
+    return NGX_CONF_OK;
+
+invalid:
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "invalid parameter \"%V\" in \"%V\": expected a "
+                       "store's name and \"table=\" (letters, digits and "
+                       "\"_\", up to 64), or \"off\"",
+                       &value[cf->args->nelts - 1], &cmd->name);
+
+    return NGX_CONF_ERROR;
+}
+
+
+void
+ngx_http_idempotency_fence(ngx_http_idempotency_ctx_t *ctx,
+    ngx_http_idempotency_fence_pt next)
+{
+    ngx_msec_t                     timeout;
+    ngx_http_idempotency_op_t     *op;
+    ngx_http_idempotency_store_t  *store;
+
+    store = ctx->conf->fence;
+
+    /*
+     * A backend's uncommitted marker holds its row lock: the INSERT waits
+     * for it at most half of query_timeout (whole seconds, 1 at least,
+     * InnoDB's unit), so that the server gives up the wait, rather than
+     * the module the op.
+     */
+
+    timeout = store->query_timeout / 2 / 1000;
+
+    op = ngx_http_idempotency_sql_fence(
+             ngx_http_idempotency_shard(store, ctx->key_hash),
+             ctx->request->connection->log, &ctx->conf->fence_table,
+             ctx->key_hash, ctx->epoch, ngx_max(timeout, 1));
+
+    ctx->fence.next = next;
+    ctx->fence.op = op;
+
+    if (op == NULL) {
+        next(ctx, NGX_HTTP_IDEMPOTENCY_FENCE_UNDECIDED);
+        return;
+    }
+
+    op->handler = ngx_http_idempotency_fence_done;
+    op->data = ctx;
+    op->urgent = 1;
+
+    ctx->state = NGX_HTTP_IDEMPOTENCY_S_STORE;
+
+    ngx_http_idempotency_op_run(op);
+}
+
+
+static void
+ngx_http_idempotency_fence_done(ngx_http_idempotency_op_t *op)
+{
+    ngx_http_idempotency_ctx_t    *ctx;
+    ngx_http_idempotency_fence_e   rc;
+
+    ctx = op->data;
+    ctx->fence.op = NULL;
+
+    rc = ngx_http_idempotency_fence_verdict(ctx, op);
+
+    ctx->fence.next(ctx, rc);
+}
+
+
+static ngx_http_idempotency_fence_e
+ngx_http_idempotency_fence_verdict(ngx_http_idempotency_ctx_t *ctx,
+    ngx_http_idempotency_op_t *op)
+{
+    ngx_int_t                      state;
+    ngx_str_t                     *f;
+    ngx_log_t                     *log;
+    ngx_http_idempotency_store_t  *store;
+
+    log = ctx->request->connection->log;
+    store = ctx->conf->fence;
+    f = op->fields;
+
+    if (op->rc != NGX_HTTP_IDEMPOTENCY_OP_OK || op->nrows == 0
+        || op->nfields < 2)
+    {
+        /* a lock wait (the backend's transaction is open), a lost race
+         * on Galera, the store: the next retry fences again */
+
+        ngx_log_error(NGX_LOG_WARN, log, 0,
+                      "idempotency fence \"%V\" table %V: epoch %ui of key "
+                      "%V is undecided: %s%*s%s; the key stays unknown "
+                      "until a retry decides it", &store->name,
+                      &ctx->conf->fence_table, ctx->epoch, &ctx->key_id,
+                      op->rc == NGX_HTTP_IDEMPOTENCY_OP_OK
+                          ? "no marker row"
+                          : op->rc == NGX_HTTP_IDEMPOTENCY_OP_TIMEOUT
+                          ? "timed out" : "the statement failed (",
+                      op->err_text.len, op->err_text.data,
+                      op->rc == NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR
+                      || op->rc == NGX_HTTP_IDEMPOTENCY_OP_DOWN
+                      || op->rc == NGX_HTTP_IDEMPOTENCY_OP_BUSY ? ")" : "");
+
+        return NGX_HTTP_IDEMPOTENCY_FENCE_UNDECIDED;
+    }
+
+    state = ngx_http_idempotency_field_int(
+                                &f[NGX_HTTP_IDEMPOTENCY_FENCE_F_STATE]);
+
+    if (state == NGX_HTTP_IDEMPOTENCY_MARK_EXECUTED) {
+
+        ngx_log_error(NGX_LOG_NOTICE, log, 0,
+                      "idempotency fence \"%V\": epoch %ui of key %V was "
+                      "executed by the backend: it is not executed again",
+                      &store->name, ctx->epoch, &ctx->key_id);
+
+        if (ngx_http_idempotency_fence_result(ctx,
+                &f[NGX_HTTP_IDEMPOTENCY_FENCE_F_RESULT])
+            != NGX_OK)
+        {
+            return NGX_HTTP_IDEMPOTENCY_FENCE_UNDECIDED;
+        }
+
+        ngx_http_idempotency_fence_record(ctx,
+                                  &f[NGX_HTTP_IDEMPOTENCY_FENCE_F_RESULT]);
+
+        return NGX_HTTP_IDEMPOTENCY_FENCE_EXECUTED;
+    }
+
+    ngx_log_error(NGX_LOG_NOTICE, log, 0,
+                  "idempotency fence \"%V\": epoch %ui of key %V is "
+                  "fenced: it can never commit, and the key may run again",
+                  &store->name, ctx->epoch, &ctx->key_id);
+
+    return NGX_HTTP_IDEMPOTENCY_FENCE_FENCED;
+}
+
+
+ngx_int_t
+ngx_http_idempotency_fence_result(ngx_http_idempotency_ctx_t *ctx,
+    ngx_str_t *result)
+{
+    u_char   *p;
+    size_t    len;
+
+    ngx_str_null(&ctx->fence.members);
+
+    if (result->data == NULL || result->len == 0) {
+        return NGX_OK;
+    }
+
+    len = ngx_min(result->len, NGX_HTTP_IDEMPOTENCY_RESULT_MAX);
+
+    p = ngx_pnalloc(ctx->request->pool,
+                    sizeof("\"result\":\"\"") + len
+                    + ngx_escape_json(NULL, result->data, len));
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    ctx->fence.members.data = p;
+
+    p = ngx_cpymem(p, "\"result\":\"", 10);
+    p = (u_char *) ngx_escape_json(p, result->data, len);
+    *p++ = '"';
+
+    ctx->fence.members.len = p - ctx->fence.members.data;
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_idempotency_fence_record(ngx_http_idempotency_ctx_t *ctx,
+    ngx_str_t *result)
+{
+    ngx_str_t                   ref;
+    ngx_http_idempotency_op_t  *op;
+
+    ref.data = result->data;
+    ref.len = result->data ? ngx_min(result->len,
+                                     NGX_HTTP_IDEMPOTENCY_RESULT_MAX)
+                           : 0;
+
+    op = ngx_http_idempotency_sql_executed(ctx->shard, ngx_cycle->log,
+                                           ctx->key_hash, ctx->epoch, &ref);
+    if (op == NULL) {
+        return;
+    }
+
+    /* the marker stays the truth: a retry that finds the row unchanged
+     * fences again and finds the marker again */
+
+    ngx_http_idempotency_op_run(op);
+    ngx_http_idempotency_op_detach(op);
+}
+
+
+void
+ngx_http_idempotency_fence_cleanup(ngx_http_idempotency_ctx_t *ctx)
+{
+    if (ctx->fence.op) {
+        /* autocommit: the marker is written or not, whoever waits */
+        ngx_http_idempotency_op_detach(ctx->fence.op);
+        ctx->fence.op = NULL;
+    }
+}
