@@ -31,6 +31,7 @@ plot datafile using 1:4 title "first request" lw 2 pt 7, \
      ''       using 1:5 title "cold replay" lw 2 pt 5
 
 set title "buffer pool reads (from disk) per request"
+set key bottom right
 plot datafile using 1:6 title "first request" lw 2 pt 7, \
      ''       using 1:7 title "cold replay" lw 2 pt 5
 

@@ -10,6 +10,10 @@
 #   bench/scale.sh            the run: build/bench-scale/results/
 #                             size-N.json, scale.md, scale.png
 #   bench/scale.sh report     scale.md and scale.png again
+#   bench/scale.sh schemas    today's schema and the candidates of
+#                             bench/scale-schemas/ by stored procedures,
+#                             at SCALE_SCHEMA_SIZES ["0 1000000"] live
+#                             keys (bench/scale_schemas.py): schemas.md
 #
 # Environment (defaults in brackets): SCALE_SIZES ["0 1000000 5000000
 # 20000000"] live keys, SCALE_BUFFER_POOL [128M], SCALE_MYSQL_PORT [3317],
@@ -49,4 +53,8 @@ mysql start --fresh -- --innodb-buffer-pool-size="$POOL" \
     --max-connections=500 --thread-handling=pool-of-threads \
     --innodb-spin-wait-delay=0
 trap cleanup EXIT
-SCALE_MYSQL_PORT=$PORT python3 "$ROOT/bench/scale.py"
+if [ "${1:-}" = schemas ]; then
+    python3 "$ROOT/bench/scale_schemas.py"
+else
+    SCALE_MYSQL_PORT=$PORT python3 "$ROOT/bench/scale.py"
+fi
