@@ -172,13 +172,25 @@ def secondary_indexes():
             for name, nu, cols in (ln.split('\t') for ln in out.splitlines())]
 
 
+def clustered_by_expiry():
+    """whether the table's primary key begins with expires_at (a
+    candidate of bench/scale-schemas/ applied by SCALE_TABLE_SQL)"""
+    return sql("SELECT COLUMN_NAME FROM information_schema.STATISTICS "
+               "WHERE TABLE_SCHEMA = 'idempotency' AND TABLE_NAME = '%s' "
+               "AND INDEX_NAME = 'PRIMARY' AND SEQ_IN_INDEX = 1"
+               % TABLE).strip() == 'expires_at'
+
+
 def fill(n, tpl):
     """n live keys: first the cold keys (real keys cold-1 .. cold-K,
-    completed, expiring in 1 to 24 h), then n - K rows in key order whose
-    hashes spread evenly over the key space, their expiry spread over
-    24 h of which the first SCALE_BACKLOG seconds are already past.  The
-    secondary indexes are built afterwards, sorted, as a bulk load
-    does: filled one row at a time, each would be a random write"""
+    completed, expiring in 1 to 24 h), then n - K rows in the primary
+    key's order, their expiry spread over 24 h of which the first
+    SCALE_BACKLOG seconds are already past: in key order, with hashes
+    spread evenly over the key space (seq * stride in the first 8 bytes)
+    and expiry not in that order; or, in a table clustered by expiry, in
+    expiry order with hashes in none.  The secondary indexes are built
+    afterwards, sorted, as a bulk load does: filled one row at a time,
+    each would be a random write"""
     k = min(CFG['cold_keys'], n) if n else CFG['cold_keys']
     sql('TRUNCATE TABLE %s' % TABLE)
     t0 = time.time()
@@ -195,26 +207,32 @@ def fill(n, tpl):
         "%d, @resp FROM seq_1_to_%d" % (tpl['fingerprint'], tpl['response'],
                                         TABLE, tpl['status'], k))
     rest = n - k if n else 0
+    by_expiry = clustered_by_expiry()
+    if by_expiry:
+        key, expiry = 'UNHEX(SHA2(seq, 256))', 'seq * 86400000 DIV %d' % rest
+    else:
+        key = ("CONCAT(UNHEX(LPAD(HEX(seq * %d), 16, '0')), "
+               "LEFT(UNHEX(SHA2(seq, 256)), 24))" % ((2 ** 64 - 1)
+                                                    // (rest + 1)))
+        expiry = 'seq * 7919 % 86400000'
     if rest > 0:
-        # seq * stride in the first 8 bytes: in key order, evenly spread
         sql("SET @fp = X'%s', @resp = X'%s', @now = UTC_TIMESTAMP(3); "
             "INSERT INTO %s (key_hash, state, owner, epoch, fingerprint, "
             "created_at, lease_until, expires_at, status, response) "
-            "SELECT CONCAT(UNHEX(LPAD(HEX(seq * %d), 16, '0')), "
-            "LEFT(UNHEX(SHA2(seq, 256)), 24)), s.st, "
-            "LEFT(UNHEX(MD5(seq)), 16), IF(s.st = 4, 2, 1), @fp, "
-            "s.ex - INTERVAL 1 DAY, "
+            "SELECT %s, s.st, LEFT(UNHEX(MD5(seq)), 16), "
+            "IF(s.st = 4, 2, 1), @fp, s.ex - INTERVAL 1 DAY, "
             "s.ex - INTERVAL 1 DAY + INTERVAL 30 SECOND, s.ex, "
             "IF(s.st = 1, %d, NULL), IF(s.st = 1, @resp, NULL) "
             "FROM (SELECT seq, %s AS st, @now - INTERVAL %d SECOND "
-            "+ INTERVAL seq * 7919 %% 86400000 * 1000 MICROSECOND AS ex "
+            "+ INTERVAL %s * 1000 MICROSECOND AS ex "
             "FROM seq_1_to_%d) s"
-            % (tpl['fingerprint'], tpl['response'], TABLE,
-               (2 ** 64 - 1) // (rest + 1), tpl['status'], state_case('seq'),
-               CFG['backlog'], rest))
+            % (tpl['fingerprint'], tpl['response'], TABLE, key,
+               tpl['status'], state_case('seq'), CFG['backlog'], expiry,
+               rest))
     if idx:
         sql('ALTER TABLE %s %s' % (TABLE, ', '.join(i[1] for i in idx)))
-    return {'cold_keys': k, 'seconds': time.time() - t0}
+    return {'cold_keys': k, 'seconds': time.time() - t0,
+            'order': 'expiry' if by_expiry else 'key'}
 
 
 def settle(secs=300):
@@ -363,6 +381,12 @@ def main():
                 mariadb=sql('SELECT VERSION()').strip(),
                 flush_method=sql('SELECT @@innodb_flush_method').strip(),
                 nice=os.nice(0))
+    if os.environ.get('SCALE_TABLE_SQL'):
+        # a candidate of bench/scale-schemas/ instead of today's table
+        with open(os.path.join(ROOT, os.environ['SCALE_TABLE_SQL'])) as f:
+            sql(f.read())
+        meta['table_sql'] = os.environ['SCALE_TABLE_SQL']
+    meta['table'] = sql('SHOW CREATE TABLE %s' % TABLE).split('\t', 1)[1]
     bench.start_node('upstream', ['upstream.js', str(UPSTREAM_PORT)],
                      UPSTREAM_PORT)
     try:

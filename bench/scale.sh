@@ -13,7 +13,10 @@
 #   bench/scale.sh schemas    today's schema and the candidates of
 #                             bench/scale-schemas/ by stored procedures,
 #                             at SCALE_SCHEMA_SIZES ["0 1000000"] live
-#                             keys (bench/scale_schemas.py): schemas.md
+#                             keys (bench/scale_schemas.py): schemas.md;
+#                             SCALE_SCHEMAS ["today narrow timed timed32"],
+#                             SCALE_PAIRS [20000], SCALE_MIGRATION [1]: time
+#                             the migrations on today's table
 #
 # Environment (defaults in brackets): SCALE_SIZES ["0 1000000 5000000
 # 20000000"] live keys, SCALE_BUFFER_POOL [128M], SCALE_MYSQL_PORT [3317],
@@ -21,7 +24,9 @@
 # SCALE_DURATION [10] seconds per measurement, SCALE_WARMUP [1],
 # SCALE_COLD_KEYS [20000] real keys among the live ones, replayed,
 # SCALE_BACKLOG [600] seconds of expirations already due when the purge
-# starts, SCALE_KEEP_DATA [0] (1: leave MariaDB and its data running);
+# starts, SCALE_KEEP_DATA [0] (1: leave MariaDB and its data running),
+# SCALE_TABLE_SQL [none]: SQL run on the empty table first (e.g.
+# bench/scale-schemas/to-timed.sql: candidate (b) through nginx);
 # BENCH_CONNECTIONS, BENCH_THREADS and BENCH_WORKERS as for make bench.
 # Needs bench/setup.sh (wrk, gnuplot) and `make build`.
 
