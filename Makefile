@@ -80,7 +80,7 @@ endif
 .PHONY: all build deps services services-stop run stop test test-valgrind \
         stress stress-short dashboard bench bench-shards test-galera fuzz \
         test-asan deb test-deb clean distclean help bench-sqlcost FORCE \
-        nginx-bin test-matrix
+        nginx-bin test-matrix bench-scale
 
 all: build  ## build the module (the default)
 
@@ -297,6 +297,16 @@ bench-sqlcost: deps services  ## mariadbd CPU per request of each statement
 bench: deps build services  ## throughput against nginx and two Node.js peers
 	@bench/setup.sh
 	@bench/run.sh
+
+# the store's cost against the live keys (bench/scale.sh, docs/benchmarks.md
+# "The store at scale"), not part of `make bench`: on a MariaDB of its own
+# (SCALE_MYSQL_PORT, a buffer pool of SCALE_BUFFER_POOL), stopped and
+# removed at the end; SCALE_SIZES, SCALE_DURATION and SCALE_PORT_BASE
+# override its defaults (bench/scale.sh lists them all)
+
+bench-scale: deps build  ## first requests, replays, purge and listing at 0 to 20 M live keys
+	@bench/setup.sh
+	@bench/scale.sh
 
 # a 3-node MariaDB Galera cluster on loopback (scripts/galera.sh, ports
 # 13306-13308, build/galera/) and two nginx on two of its nodes racing the

@@ -6,7 +6,9 @@
 //
 // execute() is "the operation": it counts one execution for the request's
 // Idempotency-Key and produces a small fixed JSON body with status 201.
-// An X-Bench-Delay header (milliseconds) makes it slow, for the burst test.
+// An X-Bench-Delay header (milliseconds) makes it slow, for the burst test;
+// X-Bench-Pad (bytes) makes the body longer, for make bench-scale's
+// realistic stored responses.
 // Every system of the benchmark runs exactly this code once per execution:
 // nginx proxies to the plain `http` server below, and the express peers
 // (bench/node/peer-*.js) call execute() from their route handler.
@@ -38,10 +40,13 @@ function execute(headers, done) {
     counts.set(key, (counts.get(key) || 0) + 1);
 
     const delay = parseInt(headers['x-bench-delay'] || '0', 10);
+    const pad = Math.min(parseInt(headers['x-bench-pad'] || '0', 10), 65536);
+    const body = pad > 0
+        ? BODY.slice(0, -1) + ',"note":"' + 'n'.repeat(pad) + '"}' : BODY;
     if (delay > 0) {
-        setTimeout(done, delay, 201, 'application/json', BODY);
+        setTimeout(done, delay, 201, 'application/json', body);
     } else {
-        done(201, 'application/json', BODY);
+        done(201, 'application/json', body);
     }
 }
 
