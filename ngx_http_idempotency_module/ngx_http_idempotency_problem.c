@@ -107,8 +107,10 @@ static ngx_http_idempotency_problem_t  ngx_http_idempotency_problems[] = {
       ngx_string("Outcome unknown"),
       ngx_string("A request with this idempotency key was sent to the "
                  "backend and no complete response came back: it may have "
-                 "been executed.  It is not executed again; an operator "
-                 "can tell, and release the key."),
+                 "been executed.  It is not executed again until that is "
+                 "known: an operator can tell and release the key, or, "
+                 "where the backend takes part in the fence, a later "
+                 "retry learns it."),
       1 },
 
     [NGX_HTTP_IDEMPOTENCY_P_EXECUTED] = {
