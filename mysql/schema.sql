@@ -1,10 +1,16 @@
 -- ngx_http_idempotency_module: the key table.
 --
--- One row per (scope, key).  The primary key on key_hash is the whole
--- guarantee: the database lets exactly one claim of a key succeed.  Being
--- the primary key (not a UNIQUE key beside an AUTO_INCREMENT id), it is
--- also the one index a claim, a read and a completion touch: a duplicate
--- INSERT is refused before any row is written.
+-- One row per (scope, key).  The unique key on key_hash is the whole
+-- guarantee: the database lets exactly one claim of a key succeed, and
+-- every statement of the module finds its row through it.
+--
+-- The rows are kept in the order they expire (the primary key is
+-- (expires_at, key_hash)), so that the cost of a claim does not grow with
+-- the number of live keys (docs/operations.md, "Sizing"): a claim and
+-- its completion write at the tail of the table (a new key expires last),
+-- the purge deletes a range at its head, and the only pages a claim reads
+-- at random are uk_key_hash's, about 70 bytes a live key, which the
+-- buffer pool should hold.  A cold replay reads its row: one random page.
 -- Times are UTC and always compared with the database's own clock.
 --
 -- state: 0 in progress (owner holds a lease), 1 completed (response
@@ -23,13 +29,10 @@
 -- backend that remembers the highest it has seen for a key can refuse a
 -- stale executor (idempotency_epoch_header).
 --
--- The operator's listing (idempotency_admin, list=in_progress and
--- list=unknown) wants an index that this table does not have by default,
--- ix_state_created (state, created_at), added by the ALTER at the end of
--- this file: without it a listing scans the table and sorts; with it, a
--- claim adds an entry and every completion moves it, which cost the
--- bench's first requests 10 % of their throughput and 12 us of MariaDB
--- CPU each (docs/operations.md, "The listing index").
+-- ix_state_created serves the operator's listing (idempotency_admin,
+-- list=in_progress and list=unknown): the rows of one state, oldest
+-- first, read up to the limit without a scan or a sort.  Its entries for
+-- new claims and completions are appended too.
 --
 -- One row is not a key: the purge lease (key_hash of 32 zero bytes,
 -- expires_at in 9999), which the nginx that purges expired rows holds
@@ -46,30 +49,11 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
     expires_at   DATETIME(3)      NOT NULL,
     status       SMALLINT UNSIGNED NULL,
     response     LONGBLOB         NULL,
-    PRIMARY KEY (key_hash),
-    KEY ix_expires_at (expires_at)
+    PRIMARY KEY (expires_at, key_hash),
+    UNIQUE KEY uk_key_hash (key_hash),
+    KEY ix_state_created (state, created_at, key_hash)
 ) ENGINE=InnoDB DEFAULT CHARSET=binary;
 
--- A table made by an earlier version (an AUTO_INCREMENT id as its primary
--- key and a UNIQUE key on key_hash) works as it is; this turns it into
--- the one above, rebuilding the table:
---
---   ALTER TABLE idempotency_keys DROP COLUMN id, DROP INDEX uk_key_hash,
---       ADD PRIMARY KEY (key_hash);
---
--- A table made before the claim epoch (no epoch column) needs it; the
--- module's statements name it, so add it before upgrading the module:
---
---   ALTER TABLE idempotency_keys
---       ADD COLUMN epoch INT UNSIGNED NOT NULL DEFAULT 1 AFTER owner;
---
--- The listing index, for a deployment that lists keys on a large table
--- (docs/operations.md, "The listing index"), added online: InnoDB builds
--- it while claims, completions and reads go on (LOCK=NONE refuses to run
--- rather than block them); only the start and the end take the table's
--- metadata lock for a moment, so a long transaction on the table delays
--- them:
---
---   ALTER TABLE idempotency_keys
---       ADD INDEX ix_state_created (state, created_at),
---       ALGORITHM=INPLACE, LOCK=NONE;
+-- A table made by an earlier version works as it is, with the cost that
+-- grows with its size; mysql/upgrade-expiry-order.sql turns it into the
+-- one above online (docs/operations.md, "Upgrading the table").

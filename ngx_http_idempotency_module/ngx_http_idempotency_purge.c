@@ -14,8 +14,12 @@
  * instances sharing a shard, the one holding the purge lease (a reserved
  * row, see sql.c) deletes and the others skip their turn, so they never
  * delete the same rows at the same time.  Each batch is one bounded
- * DELETE; batches follow each other at a fixed pace while they come back
- * full, then the worker sleeps for the interval.
+ * DELETE; while they come back full, the next follows after a rest of
+ * nine times the last one's duration (at least 100 ms, at most the
+ * interval), so that the purge keeps a server busy a tenth of the time
+ * at most: draining a backlog must not slow the claims down
+ * (docs/benchmarks.md, "The store at scale").  Then the worker sleeps
+ * for the interval.
  */
 
 
@@ -29,12 +33,16 @@
 /* at most ten batches a second while a backlog lasts */
 #define NGX_HTTP_IDEMPOTENCY_PURGE_PACE  100
 
+/* the rest after a full batch, in multiples of its duration */
+#define NGX_HTTP_IDEMPOTENCY_PURGE_REST  9
+
 
 typedef struct {
     ngx_http_idempotency_shard_t  *shard;
     ngx_event_t                    timer;
     ngx_uint_t                     deleted;     /* in this run */
     ngx_uint_t                     batches;     /* in this run */
+    ngx_msec_t                     sent;        /* the batch's start */
 } ngx_http_idempotency_purge_t;
 
 
@@ -207,6 +215,8 @@ ngx_http_idempotency_purge_leased(ngx_http_idempotency_op_t *op)
     op->handler = ngx_http_idempotency_purge_done;
     op->data = pg;
 
+    pg->sent = ngx_current_msec;
+
     ngx_http_idempotency_op_run(op);
 }
 
@@ -216,6 +226,7 @@ ngx_http_idempotency_purge_done(ngx_http_idempotency_op_t *op)
 {
     ngx_http_idempotency_purge_t  *pg = op->data;
 
+    ngx_msec_t                     rest;
     ngx_http_idempotency_store_t  *store;
 
     store = pg->shard->store;
@@ -228,9 +239,14 @@ ngx_http_idempotency_purge_done(ngx_http_idempotency_op_t *op)
         pg->batches++;
 
         if (op->affected_rows >= store->purge_batch) {
-            /* a backlog: the next batch soon, lease renewed first */
-            ngx_http_idempotency_purge_next(pg,
-                                            NGX_HTTP_IDEMPOTENCY_PURGE_PACE);
+            /* a backlog: the next batch after a rest, lease renewed first */
+
+            rest = (ngx_current_msec - pg->sent)
+                   * NGX_HTTP_IDEMPOTENCY_PURGE_REST;
+            rest = ngx_max(rest, NGX_HTTP_IDEMPOTENCY_PURGE_PACE);
+            rest = ngx_min(rest, store->purge);
+
+            ngx_http_idempotency_purge_next(pg, rest);
             return;
         }
     }

@@ -160,8 +160,9 @@ check "$AVAILABLE loads it" \
     grep -qx 'load_module modules/ngx_http_idempotency_module.so;' "$AVAILABLE"
 check "enabled: $LINK -> $(readlink "$LINK" 2>/dev/null)" \
     [ "$(readlink "$LINK" 2>/dev/null)" = "$AVAILABLE" ]
-check "schema: $SHARE/schema.sql, $SHARE/purge_event.sql" \
-    eval '[ -s "$SHARE/schema.sql" ] && [ -s "$SHARE/purge_event.sql" ]'
+for sql in schema purge_event fence upgrade-expiry-order; do
+    check "schema: $SHARE/$sql.sql" [ -s "$SHARE/$sql.sql" ]
+done
 depends=$(dpkg-query -W -f='${Depends}' "$DEB_PACKAGE")
 for dep in nginx-abi- libmariadb3 libhiredis0.14 libssl3; do
     check "Depends: $dep" grep -q "$dep" <<< "$depends"
