@@ -4,9 +4,12 @@
 
 """Instruction counts per request of the module's hot paths, under
 callgrind (deterministic, so before/after comparisons survive a noisy
-machine).  Used for the "Profile" section of docs/benchmarks.md.
+machine), and what a first request costs the nginx workers under the
+bench's load (`worker`).  Used for the "Profile" section of
+docs/benchmarks.md.
 
     python3 bench/profile.py [REQUESTS]
+    python3 bench/profile.py worker [SECONDS] [ROUNDS]
 
 Runs nginx with one process (`master_process off; daemon off;`) under
 valgrind --tool=callgrind with bench/nginx.conf.in, and the upstream of
@@ -16,7 +19,17 @@ one keep-alive connection after a warm-up, with the counters zeroed before
 and dumped after, and prints Ir per request: all of nginx, and inclusive
 in the module's phase handler, its filters, OpenSSL (RAND, EVP) and
 libmariadb.  Output files: build/bench/profile/callgrind.out.*.
-Needs the services (scripts/services.sh start); uses ports 18080-18090.
+The callgrind counts are split by ELF object too (exclusive Ir: the
+module, nginx, libmariadb, libcrypto, libc, the rest).
+
+`worker` (bench/profile_worker.py): 2 workers of the bench's nginx,
+first requests (bench/lua/unique.lua at the bench's wrk load) on plain
+proxy_pass and on "module, MySQL only", alternating, ROUNDS [3] times
+SECONDS [8] each; per request: the workers' task-clock and syscalls
+(`perf stat`), the split of their samples by object and symbol (`perf
+record -g`), and the CPU of MariaDB, the upstream and wrk.
+Needs the services (scripts/services.sh start); uses ports
+BENCH_PORT_BASE [18080] to +10.
 """
 
 import http.client
@@ -29,7 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run  # noqa: E402  (bench/run.py: paths, config rendering, clients)
 
 P = os.path.join(run.OUT, 'profile')
-N = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
+N = int(sys.argv[1]) if sys.argv[1:2] and sys.argv[1].isdigit() else 2000
 
 PATHS = [
     # name, port, prefix of keys, replay (keys sent before)?
@@ -84,7 +97,47 @@ FUNCS = ['ngx_http_idempotency_handler', 'ngx_http_idempotency_body_filter',
          'ngx_http_idempotency_mysql_process']
 
 
+def objects(out_file):
+    """exclusive Ir per ELF object, from the raw callgrind file (ob=
+    lines name the object of the fn= lines that follow; cost lines
+    after calls= belong to the callee's inclusive cost and are skipped)"""
+    names, cur, tot, skip = {}, '?', {}, False
+    for line in open(out_file):
+        if line.startswith('ob='):
+            v = line[3:].strip()
+            if v.startswith('('):
+                i = v.index(')')
+                if v[i + 1:].strip():
+                    names[v[:i + 1]] = v[i + 1:].strip()
+                v = names.get(v[:i + 1], v)
+            cur = v
+        elif line.startswith('calls='):
+            skip = True
+        elif line[:1].isdigit() or line[:1] in '+-*':
+            if skip:
+                skip = False
+                continue
+            parts = line.split()
+            if len(parts) >= 2:
+                tot[cur] = tot.get(cur, 0) + int(parts[1])
+    return tot
+
+
+def object_group(path):
+    b = os.path.basename(path)
+    for key, g in (('idempotency', 'module'), ('nginx', 'nginx'),
+                   ('mariadb', 'libmariadb'), ('crypto', 'libcrypto'),
+                   ('ssl', 'libcrypto'), ('libc.', 'libc'),
+                   ('hiredis', 'hiredis')):
+        if key in b:
+            return g
+    return 'other'
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == 'worker':
+        import profile_worker
+        return profile_worker.main(sys.argv[2:])
     os.makedirs(P, exist_ok=True)
     run.PREFIX = P
     run.CFG['workers'] = 1
@@ -127,13 +180,20 @@ def main():
                            key=lambda f: os.path.getmtime(
                                os.path.join(P, f)))
             total, found = inclusive(os.path.join(P, dumps[-1]), FUNCS)
-            results.append((name, total, found))
+            byob = {}
+            for ob, ir in objects(os.path.join(P, dumps[-1])).items():
+                g = object_group(ob)
+                byob[g] = byob.get(g, 0) + ir
+            results.append((name, total, found, byob))
         print('Ir per request (N=%d, callgrind, 1 nginx process)' % N)
-        for name, total, found in results:
+        for name, total, found, byob in results:
             print('%-24s all nginx %8.0f' % (name, total / N))
             for f in FUNCS:
                 if found[f]:
                     print('    %-40s %8.0f' % (f, found[f] / N))
+            print('    exclusive, by object: ' + ', '.join(
+                '%s %.0f' % (g, v / N) for g, v in
+                sorted(byob.items(), key=lambda kv: -kv[1])))
     finally:
         vg.terminate()
         try:
