@@ -102,15 +102,21 @@ def objects(out_file):
     lines name the object of the fn= lines that follow; cost lines
     after calls= belong to the callee's inclusive cost and are skipped)"""
     names, cur, tot, skip = {}, '?', {}, False
+    def name(v):
+        # "(N) name" defines N, "(N)" refers to it; ob= and cob= share them
+        v = v.strip()
+        if v.startswith('('):
+            i = v.index(')')
+            if v[i + 1:].strip():
+                names[v[:i + 1]] = v[i + 1:].strip()
+            v = names.get(v[:i + 1], v)
+        return v
+
     for line in open(out_file):
-        if line.startswith('ob='):
-            v = line[3:].strip()
-            if v.startswith('('):
-                i = v.index(')')
-                if v[i + 1:].strip():
-                    names[v[:i + 1]] = v[i + 1:].strip()
-                v = names.get(v[:i + 1], v)
-            cur = v
+        if line.startswith('cob='):
+            name(line[4:])
+        elif line.startswith('ob='):
+            cur = name(line[3:])
         elif line.startswith('calls='):
             skip = True
         elif line[:1].isdigit() or line[:1] in '+-*':

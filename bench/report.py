@@ -238,6 +238,13 @@ def verdict(ok):
     return '**met**' if ok else '**missed**'
 
 
+# targets retired on the shared 2-CPU machine (issue 34): MariaDB, the
+# upstream, wrk and the kernel need the CPU they ask for, whatever the
+# module costs; still measured and shown, with no verdict
+REPORTED = ('reported (not a target on this machine: "What a first '
+            'request costs the worker")')
+
+
 def ratio(a, b):
     return None if a is None or not b else a / b
 
@@ -492,7 +499,8 @@ def generate(results, doc, png, bench_dir):
         r1 = ratio(a['rps'], ret)
         r2 = ratio(a['rps'], peer_replay)
         w('| replay ≥ 50 %% of nginx `return` (%s) | %s | %s |' % (
-            NAME[s], pct(r1), verdict(r1 is not None and r1 >= 0.5)))
+            NAME[s], pct(r1), REPORTED if s == 'mysql'
+            else verdict(r1 is not None and r1 >= 0.5)))
         w('| replay ≥ 5× the faster peer\'s replay (%s) | %s | %s |' % (
             NAME[s], times(r2), verdict(r2 is not None and r2 >= 5)))
     a = agg.get(('mysql', 'unique'))
@@ -503,7 +511,7 @@ def generate(results, doc, png, bench_dir):
         w('| first request ≥ 40 %% of plain `proxy_pass` | %s | %s |' % (
             pct(r1), verdict(r1 is not None and r1 >= 0.4)))
         w('| first request ≥ 60 %% of plain `proxy_pass` | %s | %s |' % (
-            pct(r1), verdict(r1 is not None and r1 >= 0.6)))
+            pct(r1), REPORTED))
         w('| first request ≥ 2× the faster peer\'s | %s | %s |' % (
             times(r2), verdict(r2 is not None and r2 >= 2)))
         w('| first request ≥ 1.5× the faster peer\'s | %s | %s |' % (
@@ -550,11 +558,15 @@ def generate(results, doc, png, bench_dir):
           '| %s µs vs %s µs: %s | %s |' % (
               f0(ng), f0(ng0), '—' if r4 is None else '%.2f×' % r4,
               verdict(r4 is not None and r4 <= 2)))
+        w('| nginx worker CPU per first request ≤ 1.5× plain '
+          '`proxy_pass`\'s | %s | %s |' % (
+              '—' if r4 is None else '%.2f×' % r4,
+              verdict(r4 is not None and r4 <= 1.5)))
     a = agg.get(('mysql', 'replay'))
     if a:
         r7 = ratio(a['rps'], ret)
         w('| replay ≥ 60 %% of nginx `return` (module, MySQL only) | %s '
-          '| %s |' % (pct(r7), verdict(r7 is not None and r7 >= 0.6)))
+          '| %s |' % (pct(r7), REPORTED))
         r5 = ratio(a['rps'], peer_replay)
         w('| replay ≥ 3× the faster peer\'s replay (module, MySQL only) '
           '| %s | %s |' % (times(r5), verdict(r5 is not None and r5 >= 3)))
@@ -569,7 +581,7 @@ def generate(results, doc, png, bench_dir):
         r6 = ratio(a['rps'], ret)
         w('| mix (%d %% new keys) ≥ 50 %% of nginx `return` (module + shm '
           'cache) | %s | %s |' % (cfg.get('mix_new_pct', 10), pct(r6),
-                                  verdict(r6 is not None and r6 >= 0.5)))
+                                  REPORTED))
     rss = d['rss']
     if rss:
         worst = max(abs(v) for v in rss['change_pct'].values()) \
