@@ -13,7 +13,9 @@ BENCH_* settings); the build measured first alternates from round to
 round, because the first of a round tends to lose (a warmer machine, a
 table that grew).  AB_ROUNDS [4] rounds, AB_WORKLOADS [mysql:unique
 mysql:replay mysql:mix redis:mix shm:mix].  The stores are emptied
-before each build's turn.  Prints, per workload and build, the median
+before each build's turn.  AB_SCHEMAS="A.sql B.sql" makes the key table
+anew from A.sql for A's turns and from B.sql for B's (the same .so twice
+measures a schema change).  Prints, per workload and build, the median
 req/s and p99 and the lowest and highest round, and the change of the
 medians from A to B; the raw records go to build/bench/ab/.
 """
@@ -29,9 +31,11 @@ import run as R                                     # noqa: E402
 OUT = os.path.join(R.OUT, 'ab')
 
 
-def one_build(so, rnd, pairs):
+def one_build(so, rnd, pairs, schema):
     R.MODULE_SO = so
     R.render_nginx()
+    if schema:
+        R.mysql_prepare_table(schema)
     R.reset_stores()
     R.nginx('start')
     try:
@@ -75,6 +79,11 @@ def main():
     for so in sos:
         if not os.path.exists(so):
             R.die('%s missing' % so)
+    schemas = [os.path.abspath(p) for p in
+               os.environ.get('AB_SCHEMAS', '').split()] or [None, None]
+    if len(schemas) != 2 or not all(p is None or os.path.exists(p)
+                                    for p in schemas):
+        R.die('AB_SCHEMAS must name two SQL files')
     rounds = int(os.environ.get('AB_ROUNDS', 4))
     pairs = [tuple(x.split(':')) for x in os.environ.get(
         'AB_WORKLOADS',
@@ -92,11 +101,12 @@ def main():
             for pos, i in enumerate(order):
                 R.log('round %d of %d: %s (%s)' % (rnd, rounds, labels[i],
                                                    sos[i]))
-                for r in one_build(sos[i], rnd, pairs):
+                for r in one_build(sos[i], rnd, pairs, schemas[i]):
                     r['build'], r['first'] = labels[i], pos == 0
                     recs.append(r)
             with open(os.path.join(OUT, 'records.json'), 'w') as f:
                 json.dump({'labels': labels, 'modules': sos,
+                           'schemas': schemas,
                            'config': R.CFG, 'records': recs}, f, indent=1)
     finally:
         R.stop_all()

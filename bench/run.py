@@ -134,8 +134,8 @@ def mysql_root(sql, db='idempotency'):
                 '-e', sql])
 
 
-def mysql_prepare_table():
-    with open(os.path.join(ROOT, 'mysql', 'schema.sql')) as f:
+def mysql_prepare_table(schema=None):
+    with open(schema or os.path.join(ROOT, 'mysql', 'schema.sql')) as f:
         ddl = f.read().replace('idempotency_keys', TABLE)
     mysql_root('DROP TABLE IF EXISTS %s; %s' % (TABLE, ddl))
 
