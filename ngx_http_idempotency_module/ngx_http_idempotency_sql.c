@@ -890,9 +890,9 @@ ngx_http_idempotency_sql_admin_list(ngx_http_idempotency_shard_t *shard,
     }
 
     /*
-     * ix_state_created (mysql/schema.sql) serves it: the rows of one
-     * state in the order asked (the primary key ends every entry of a
-     * secondary index), read until the limit, without a sort
+     * ix_state_created (state, created_at, key_hash; mysql/schema.sql)
+     * serves it: the rows of one state in the order asked, read until
+     * the limit, without a sort
      */
 
     op->all_rows = 1;
