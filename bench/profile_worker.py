@@ -21,7 +21,8 @@ each:
      the kernel) and by symbol.
 
 Per request = over wrk's requests of that measurement.  Prints the
-medians over the rounds and every round's worker figures; raw records in build/bench/profile/worker.json,
+medians over the rounds and every round's worker figures; raw records
+in build/bench/profile/worker.json,
 perf's reports in build/bench/profile/worker-*.txt.
 """
 
