@@ -24,12 +24,14 @@ module, nginx, libmariadb, libcrypto, libc, the rest).
 
 `worker` (bench/profile_worker.py): 2 workers of the bench's nginx,
 first requests (bench/lua/unique.lua at the bench's wrk load) on plain
-proxy_pass and on "module, MySQL only", alternating, ROUNDS [3] times
+proxy_pass and on "module, MySQL only" with the store reached over
+loopback TCP and over MariaDB's unix socket, in turn, ROUNDS [3] times
 SECONDS [8] each; per request: the workers' task-clock and syscalls
 (`perf stat`), the split of their samples by object and symbol (`perf
 record -g`), and the CPU of MariaDB, the upstream and wrk.
 Needs the services (scripts/services.sh start); uses ports
-BENCH_PORT_BASE [18080] to +10.
+BENCH_PORT_BASE [18080] to +10.  The callgrind paths' first request
+goes both ways too (the unix socket's server on BENCH_PORT_BASE + 5).
 """
 
 import http.client
@@ -40,6 +42,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run  # noqa: E402  (bench/run.py: paths, config rendering, clients)
+import profile_worker  # noqa: E402
 
 P = os.path.join(run.OUT, 'profile')
 N = int(sys.argv[1]) if sys.argv[1:2] and sys.argv[1].isdigit() else 2000
@@ -49,6 +52,7 @@ PATHS = [
     ('shm replay', run.PORTS['shm'], 'pshm', True),
     ('mysql replay', run.PORTS['mysql'], 'pmy', True),
     ('first request (mysql)', run.PORTS['mysql'], 'pnew', False),
+    ('first request (unix socket)', profile_worker.PORT_UNIX, 'punix', False),
     ('proxy_pass, no module', run.PORTS['proxy'], 'pprox', False),
 ]
 KEYS = 200
@@ -142,12 +146,12 @@ def object_group(path):
 
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == 'worker':
-        import profile_worker
         return profile_worker.main(sys.argv[2:])
     os.makedirs(P, exist_ok=True)
     run.PREFIX = P
     run.CFG['workers'] = 1
     run.render_nginx('master_process off; daemon off;')
+    profile_worker.add_unix_server(P)
     run.mysql_prepare_table()
     run.reset_stores()
     up = subprocess.Popen(['node', 'upstream.js', str(run.PORTS['upstream'])],

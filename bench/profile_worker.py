@@ -8,7 +8,10 @@ request costs the nginx workers, per component, against plain proxy_pass
 The bench's nginx (bench/nginx.conf.in, BENCH_WORKERS workers) and
 upstream, the bench's wrk load of fresh keys (bench/lua/unique.lua,
 BENCH_THREADS x BENCH_CONNECTIONS).  Each round measures plain
-proxy_pass and "module, MySQL only" (the order alternates), twice each:
+proxy_pass, "module, MySQL only" over loopback TCP (the bench's server)
+and the same store reached by MariaDB's unix socket (a server added to
+the rendered config, see add_unix_server; the order rotates), twice
+each:
 
   1. `perf stat` on the workers: task-clock and syscalls by name (the
      syscalls tracepoints), while /proc gives the CPU of MariaDB, the
@@ -18,7 +21,8 @@ proxy_pass and "module, MySQL only" (the order alternates), twice each:
      the kernel) and by symbol.
 
 Per request = over wrk's requests of that measurement.  Prints the
-medians over the rounds; raw records in build/bench/profile/worker.json,
+medians over the rounds and every round's worker figures; raw records
+in build/bench/profile/worker.json,
 perf's reports in build/bench/profile/worker-*.txt.
 """
 
@@ -33,7 +37,25 @@ import time
 import run
 
 P = os.path.join(run.OUT, 'profile')
-SYSTEMS = ('proxy', 'mysql')
+SYSTEMS = ('proxy', 'mysql', 'unix')
+LABEL = {'proxy': 'plain proxy_pass', 'mysql': 'module, MySQL over TCP',
+         'unix': 'module, MySQL over unix socket'}
+# the unix-socket server: the first free offset after the bench's five
+PORT_UNIX = run.PORT_BASE + 5
+UNIX_CONF = """
+    idempotency_store bench_mysql_unix mysql=unix:%s
+                      user=idem password=idem-secret database=idempotency
+                      table=%s;
+
+    server {
+        listen 127.0.0.1:%d;
+        location / {
+            idempotency bench_mysql_unix;
+            proxy_pass http://bench_upstream;
+        }
+    }
+}
+"""
 SYSCALLS = ('read', 'recvfrom', 'readv', 'write', 'writev', 'sendto',
             'sendmsg', 'recvmsg', 'epoll_wait', 'epoll_ctl', 'accept4',
             'close', 'getpid', 'futex', 'poll', 'ioctl', 'setsockopt',
@@ -42,6 +64,24 @@ SYSCALLS = ('read', 'recvfrom', 'readv', 'write', 'writev', 'sendto',
 GROUPS = (('[kernel', 'kernel'), ('idempotency', 'module'),
           ('nginx', 'nginx'), ('mariadb', 'libmariadb'),
           ('crypto', 'libcrypto'), ('libc', 'libc'))
+
+
+def add_unix_server(prefix):
+    """Adds to PREFIX/nginx.conf (rendered by run.render_nginx) a store
+    that reaches the services' MariaDB by its unix socket, as a MariaDB
+    on the same host normally is, and a server on PORT_UNIX that uses it
+    in front of the same upstream."""
+    conf = os.path.join(prefix, 'nginx.conf')
+    with open(conf) as f:
+        text = f.read().rstrip()
+    assert text.endswith('}'), conf
+    with open(conf, 'w') as f:
+        f.write(text[:-1] + UNIX_CONF % (run.MYSQL_SOCK, run.TABLE,
+                                         PORT_UNIX))
+
+
+def port_of(system):
+    return PORT_UNIX if system == 'unix' else run.PORTS[system]
 
 
 def loadavg():
@@ -74,7 +114,7 @@ def stat_pass(system, secs, tag):
     p = perf_bg(['stat', '-x', ',', '-e', 'task-clock'], pids, out)
     time.sleep(0.3)
     o0 = others()
-    res = run.wrk(run.PORTS[system], 'unique', [], secs)
+    res = run.wrk(port_of(system), 'unique', [], secs)
     o1 = others()
     perf_end(p)
     n = max(res['requests'], 1)
@@ -105,7 +145,7 @@ def record_pass(system, secs, tag):
         'syscalls:sys_enter_' + s for s in SYSCALLS]
     q = perf_bg(['stat', '-x', ',', '-e', ','.join(ev)], pids, cnt)
     time.sleep(0.3)
-    res = run.wrk(run.PORTS[system], 'unique', [], secs)
+    res = run.wrk(port_of(system), 'unique', [], secs)
     perf_end(q)
     perf_end(p)
     n = max(res['requests'], 1)
@@ -162,6 +202,7 @@ def main(argv):
     os.makedirs(P, exist_ok=True)
     run.PREFIX = os.path.join(P, 'nginx')
     run.render_nginx()
+    add_unix_server(run.PREFIX)
     run.mysql_prepare_table()
     run.reset_stores()
     run.start_node('upstream', ['upstream.js', str(run.PORTS['upstream'])],
@@ -169,11 +210,13 @@ def main(argv):
     run.nginx('start')
     recs = []
     try:
-        run.wait_port(run.PORTS['mysql'], 'nginx')
+        run.wait_port(PORT_UNIX, 'nginx')
         for r in range(rounds):
-            order = SYSTEMS if r % 2 == 0 else SYSTEMS[::-1]
+            order = SYSTEMS[r % 3:] + SYSTEMS[:r % 3]
+            if r // 3 % 2:
+                order = order[::-1]
             for s in order:
-                run.wrk(run.PORTS[s], 'unique', [], 1)          # warm-up
+                run.wrk(port_of(s), 'unique', [], 1)            # warm-up
                 tag = '%s-%d' % (s, r + 1)
                 la = loadavg()
                 st = stat_pass(s, secs, tag)
@@ -195,41 +238,62 @@ def main(argv):
 
 def report(recs):
     by = {s: [r for r in recs if r['system'] == s] for s in SYSTEMS}
+    tc = {s: median_of([x['stat'] for x in by[s]], ['task_clock_us'])
+          for s in SYSTEMS}
     print('\nmedians of %d rounds; load average at the start of each: %s' % (
         len(by['mysql']), '; '.join(r['loadavg'] for r in recs)))
-    print('| per first request | plain proxy_pass | module, MySQL only |')
-    print('|---|--:|--:|')
+    print('| per first request | %s |' % ' | '.join(LABEL[s]
+                                                   for s in SYSTEMS))
+    print('|---|' + '--:|' * len(SYSTEMS))
 
-    def row(label, path, fmt='%.1f'):
-        print('| %s | %s | %s |' % (label, *[
-            fmt % median_of([x['stat'] for x in by[s]], path)
-            for s in SYSTEMS]))
-    print('| req/s | %s | %s |' % tuple(
-        '{:,.0f}'.format(median_of([x['stat'] for x in by[s]], ['rps']))
-        for s in SYSTEMS))
-    row('worker task-clock µs', ['task_clock_us'])
+    def row(label, vals):
+        print('| %s | %s |' % (label, ' | '.join(vals)))
+
+    def med(kind, path, fmt):
+        return [fmt % median_of([x[kind] for x in by[s]], path)
+                for s in SYSTEMS]
+    row('req/s', ['{:,.0f}'.format(median_of([x['stat'] for x in by[s]],
+                                             ['rps'])) for s in SYSTEMS])
+    row('worker task-clock µs', med('stat', ['task_clock_us'], '%.1f'))
+    row('× plain proxy_pass', ['%.2f×' % (tc[s] / tc['proxy'])
+                               for s in SYSTEMS])
     for k in ('mariadb', 'upstream', 'wrk'):
-        row(k + ' CPU µs (/proc)', ['cpu_us', k])
-    row('busy CPUs', ['busy_cpus'], '%.2f')
-
-    def rrow(label, path, fmt='%.2f'):
-        print('| %s | %s | %s |' % (label, *[
-            fmt % median_of([x['record'] for x in by[s]], path)
-            for s in SYSTEMS]))
+        row(k + ' CPU µs (/proc)', med('stat', ['cpu_us', k], '%.1f'))
+    row('busy CPUs', med('stat', ['busy_cpus'], '%.2f'))
     names = sorted({k for r in recs for k in r['record']['syscalls']},
                    key=lambda k: (k != 'all sys_enter', k))
     for k in names:
-        rrow('syscalls: ' + k, ['syscalls', k])
+        row('syscalls: ' + k, med('record', ['syscalls', k], '%.2f'))
     names = sorted({k for r in recs for k in r['record']['kernel_incl']})
     for k in names:
-        rrow('kernel, under ' + k + ': % of samples', ['kernel_incl', k],
-             '%.1f')
+        row('kernel, under ' + k + ': % of samples',
+            med('record', ['kernel_incl', k], '%.1f'))
     for g in ('module', 'nginx', 'libmariadb', 'libcrypto', 'libc',
               'kernel', 'other'):
-        tc = {s: median_of([x['stat'] for x in by[s]], ['task_clock_us'])
-              for s in SYSTEMS}
         sh = {s: median_of([x['record'] for x in by[s]], ['share', g])
               for s in SYSTEMS}
-        print('| %s: %% of samples (µs) | %.1f %% (%.1f) | %.1f %% (%.1f) |'
-              % (g, sh['proxy'], sh['proxy'] * tc['proxy'] / 100,
-                 sh['mysql'], sh['mysql'] * tc['mysql'] / 100))
+        row(g + ': % of samples (µs)', ['%.1f %% (%.1f)' % (
+            sh[s], sh[s] * tc[s] / 100) for s in SYSTEMS])
+    print('\nevery round: worker task-clock µs per first request '
+          '(× that round\'s plain proxy_pass), load average at its start')
+    for r in sorted({x['round'] for x in recs}):
+        rr = {x['system']: x for x in recs if x['round'] == r}
+        base = rr['proxy']['stat']['task_clock_us']
+        print('round %d: %s' % (r, '; '.join(
+            '%s %.1f (%.2f×, load %s)' % (
+                s, rr[s]['stat']['task_clock_us'],
+                rr[s]['stat']['task_clock_us'] / base,
+                rr[s]['loadavg'].split()[0]) for s in SYSTEMS)))
+    print('median of the rounds\' ratios: %s' % '; '.join(
+        '%s %.2f×' % (s, statistics.median(
+            x['stat']['task_clock_us'] / next(
+                y['stat']['task_clock_us'] for y in recs
+                if y['round'] == x['round'] and y['system'] == 'proxy')
+            for x in by[s])) for s in SYSTEMS if s != 'proxy'))
+
+
+if __name__ == '__main__':
+    # `python3 bench/profile_worker.py report`: the report again, from
+    # build/bench/profile/worker.json
+    with open(os.path.join(P, 'worker.json')) as f:
+        report(json.load(f))

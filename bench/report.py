@@ -559,7 +559,9 @@ def generate(results, doc, png, bench_dir):
               f0(ng), f0(ng0), '—' if r4 is None else '%.2f×' % r4,
               verdict(r4 is not None and r4 <= 2)))
         w('| nginx worker CPU per first request ≤ 1.5× plain '
-          '`proxy_pass`\'s | %s | %s |' % (
+          '`proxy_pass`\'s (store over loopback TCP; over the unix '
+          'socket: "What a first request costs the worker") '
+          '| %s | %s |' % (
               '—' if r4 is None else '%.2f×' % r4,
               verdict(r4 is not None and r4 <= 1.5)))
     a = agg.get(('mysql', 'replay'))
