@@ -104,9 +104,11 @@ ngx_http_idempotency_grpc_type(ngx_str_t *type)
 
     n = sizeof("application/grpc") - 1;
 
-    /* the 'g' first: the common types of the same length, such as
+    /*
+     * the 'g' first: the common types of the same length, such as
      * application/json, part from it only there, and the header filter
-     * asks this of every response */
+     * asks this of every response
+     */
 
     if (type->len < n
         || ngx_tolower(type->data[n - 4]) != 'g'

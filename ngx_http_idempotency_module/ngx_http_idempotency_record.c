@@ -1035,9 +1035,11 @@ ngx_http_idempotency_header_bad(ngx_str_t *name, ngx_str_t *value)
         return value->len ? "a \":location\" with a value" : NULL;
     }
 
-    /* the module's own names need no checks: Content-Type, spelt so,
-     * is a token and allowed below, and every response asks this of it
-     * twice (a byte compare here, not a caseless one and a token scan) */
+    /*
+     * the module's own names need no checks: Content-Type, spelt so, is
+     * a token and allowed below, and every response asks this of it
+     * twice (a byte compare here, not a caseless one and a token scan)
+     */
 
     if (!(name->len == status_line.len
           && ngx_strncmp(name->data, status_line.data, status_line.len) == 0)
