@@ -10,13 +10,13 @@
 #   bench/scale.sh            the run: build/bench-scale/results/
 #                             size-N.json, scale.md, scale.png
 #   bench/scale.sh report     scale.md and scale.png again
-#   bench/scale.sh schemas    today's schema and the candidates of
+#   bench/scale.sh schemas    the previous schema and the candidates of
 #                             bench/scale-schemas/ by stored procedures,
 #                             at SCALE_SCHEMA_SIZES ["0 1000000"] live
 #                             keys (bench/scale_schemas.py): schemas.md;
-#                             SCALE_SCHEMAS ["today narrow timed timed32"],
+#                             SCALE_SCHEMAS ["previous narrow timed timed32"],
 #                             SCALE_PAIRS [20000], SCALE_MIGRATION [1]: time
-#                             the migrations on today's table
+#                             the migrations on the previous table
 #
 # Environment (defaults in brackets): SCALE_SIZES ["0 1000000 5000000
 # 20000000"] live keys, SCALE_BUFFER_POOL [128M], SCALE_MYSQL_PORT [3317],

@@ -1,22 +1,37 @@
 -- Copyright (C) 2026 The ngx_http_idempotency_module authors
 -- SPDX-License-Identifier: BSD-2-Clause
 --
--- wrk script of `make bench-scale`: replays of random keys among
--- PREFIX-1 .. PREFIX-N, which bench/scale.py wrote into the table
--- spread over all of it (so that a replay reads a random, mostly cold,
--- page), and PCT_NEW % fresh keys (default 0).
+-- wrk script of `make bench-scale`: replays of the keys PREFIX-1 ..
+-- PREFIX-N, which bench/scale.py wrote into the table spread over all
+-- of it, and PCT_NEW % fresh keys (default 0).  Each thread walks the N
+-- keys in a scattered order from a random start (a step coprime to N),
+-- so that a key comes back only after all the others: with N keys'
+-- pages several times the buffer pool, its page has been evicted by
+-- then and every replay is a cold one.
 --   wrk ... -s bench/lua/cold.lua URL -- PREFIX N [PCT_NEW]
 local dir = debug.getinfo(1, "S").source:sub(2):match("(.*/)") or "./"
 dofile(dir .. "common.lua")
 
-local count, pct_new, prefix, fresh
+local count, pct_new, prefix, fresh, pos, step
 local n = 0
+
+local function gcd(a, b)
+    while b ~= 0 do
+        a, b = b, a % b
+    end
+    return a
+end
 
 function init(args)
     prefix = args[1] or "cold"
     count = tonumber(args[2] or "1000")
     pct_new = tonumber(args[3] or "0")
-    fresh = unique_prefix()
+    fresh = unique_prefix()     -- seeds math.random per thread
+    pos = math.random(0, count - 1)
+    step = 1000003 % count
+    while step == 0 or gcd(step, count) ~= 1 do
+        step = step + 1
+    end
 end
 
 function request()
@@ -24,5 +39,6 @@ function request()
         n = n + 1
         return keyed_request(fresh .. "-" .. n)
     end
-    return keyed_request(prefix .. "-" .. math.random(1, count))
+    pos = (pos + step) % count
+    return keyed_request(prefix .. "-" .. (pos + 1))
 end
