@@ -89,6 +89,8 @@ def use_schema():
     previous schema: SCALE_SCHEMA=previous, and what SCALE_MIGRATE=1
     fills before it upgrades it); then SCALE_TABLE_SQL, if set"""
     if CFG['schema'] == 'previous' or CFG['migrate']:
+        sql('DROP TABLE %s' % TABLE)
+        sql_file(os.path.join(ROOT, 'mysql', 'schema.sql'))
         sql_file(os.path.join(SCHEMAS, 'previous.sql'))
     elif CFG['schema'] != 'today':
         bench.die('SCALE_SCHEMA is "today" or "previous", not "%s"'

@@ -26,9 +26,10 @@ MIGRATION = scale.bench.env_int('SCALE_MIGRATION', 1)
 BACKLOG = scale.bench.env_int('SCALE_SCHEMA_BACKLOG', 3600)
 RESPONSE_BYTES = 300
 # name -> (files after common.sql, hash bytes, their text changed how);
-# previous.sql's table is named sk_keys
+# "schema.sql" is mysql/schema.sql, made into the previous table by
+# previous.sql; its table named sk_keys
 SCHEMAS = {
-    'previous': (('previous.sql', 'previous-fill.sql'), 32,
+    'previous': (('schema.sql', 'previous.sql', 'previous-fill.sql'), 32,
                  (('idempotency_keys', 'sk_keys'),)),
     'narrow': (('narrow.sql',), 16, ()),
     'timed': (('timed.sql',), 16, ()),
@@ -60,7 +61,8 @@ def load(name):
     files, _hb, subst = SCHEMAS[name]
     text, found = '', set()
     for f in ('common.sql',) + files:
-        path = os.path.join(SCHEMA_DIR, f)
+        path = os.path.join(scale.ROOT, 'mysql', f) if f == 'schema.sql' \
+            else os.path.join(SCHEMA_DIR, f)
         with open(path) as fh:
             part = fh.read()
         for a, b in subst:
