@@ -11,7 +11,7 @@ import hashlib
 import http.client
 import json
 import os
-import re
+import random
 import statistics
 import subprocess
 import sys
@@ -559,9 +559,13 @@ def measure(n, tpl, pid):
     ph = rec['phases']
     t = time.time()
     ph['unique'] = phase('unique', 'unique', [], pid)
-    ph['cold'] = phase('cold-replay', 'cold', ['cold', f['cold_keys']], pid)
+    # the threads spaced evenly along the walk, from a random start
+    walk = [CFG['threads'], random.randrange(f['cold_keys'])]
+    ph['cold'] = phase('cold-replay', 'cold',
+                       ['cold', f['cold_keys'], 0] + walk, pid)
+    walk[1] = random.randrange(f['cold_keys'])
     ph['mix'] = phase('mix', 'cold', ['cold', f['cold_keys'],
-                                      CFG['mix_new_pct']], pid)
+                                      CFG['mix_new_pct']] + walk, pid)
     times['requests'] = time.time() - t
     t = time.time()
     rec['listing'] = listing()
