@@ -5,11 +5,11 @@
 -- PREFIX-N, which bench/scale.py wrote into the table spread over all
 -- of it, and PCT_NEW % fresh keys (default 0).  The keys are walked in
 -- a scattered order (a step coprime to N, near N times the golden
--- ratio, so that keys in turn lie far apart in the table) from START, the THREADS
--- threads evenly spaced along it, so that a key comes back only after
--- all the others, and no thread follows close behind another: with N
--- keys' pages several times the buffer pool, a key's page has been
--- evicted by then and every replay is a cold one.
+-- ratio, so that keys in turn lie far apart in the table) from START,
+-- the THREADS threads evenly spaced along it, so that a key comes back
+-- only after all the others, and no thread follows close behind
+-- another: with N keys' pages several times the buffer pool, a key's
+-- page has been evicted by then and every replay is a cold one.
 --   wrk ... -s bench/lua/cold.lua URL -- PREFIX N [PCT_NEW [THREADS START]]
 local dir = debug.getinfo(1, "S").source:sub(2):match("(.*/)") or "./"
 dofile(dir .. "common.lua")
