@@ -22,6 +22,7 @@
 # 20000000"] live keys, SCALE_BUFFER_POOL [128M], SCALE_MYSQL_PORT [3317],
 # SCALE_PORT_BASE [18280] (nginx there, the upstream on BASE+10),
 # SCALE_DURATION [10] seconds per measurement, SCALE_WARMUP [1],
+# SCALE_WARM_TRAFFIC [20] seconds of first requests before measuring,
 # SCALE_COLD_KEYS [0: max(20000, one per 32 live keys)] real keys among
 # the live ones, replayed, SCALE_BACKLOG [600] seconds of expirations
 # already due when the purge starts, SCALE_KEEP_DATA [0] (1: leave
