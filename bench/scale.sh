@@ -10,23 +10,29 @@
 #   bench/scale.sh            the run: build/bench-scale/results/
 #                             size-N.json, scale.md, scale.png
 #   bench/scale.sh report     scale.md and scale.png again
-#   bench/scale.sh schemas    today's schema and the candidates of
+#   bench/scale.sh schemas    the previous schema and the candidates of
 #                             bench/scale-schemas/ by stored procedures,
 #                             at SCALE_SCHEMA_SIZES ["0 1000000"] live
 #                             keys (bench/scale_schemas.py): schemas.md;
-#                             SCALE_SCHEMAS ["today narrow timed timed32"],
+#                             SCALE_SCHEMAS ["previous narrow timed timed32"],
 #                             SCALE_PAIRS [20000], SCALE_MIGRATION [1]: time
-#                             the migrations on today's table
+#                             the migrations on the previous table
 #
 # Environment (defaults in brackets): SCALE_SIZES ["0 1000000 5000000
 # 20000000"] live keys, SCALE_BUFFER_POOL [128M], SCALE_MYSQL_PORT [3317],
 # SCALE_PORT_BASE [18280] (nginx there, the upstream on BASE+10),
 # SCALE_DURATION [10] seconds per measurement, SCALE_WARMUP [1],
-# SCALE_COLD_KEYS [20000] real keys among the live ones, replayed,
-# SCALE_BACKLOG [600] seconds of expirations already due when the purge
-# starts, SCALE_KEEP_DATA [0] (1: leave MariaDB and its data running),
-# SCALE_TABLE_SQL [none]: SQL run on the empty table first (e.g.
-# bench/scale-schemas/to-timed.sql: candidate (b) through nginx);
+# SCALE_WARM_TRAFFIC [20] seconds of first requests before measuring,
+# SCALE_COLD_KEYS [0: max(20000, one per 32 live keys)] real keys among
+# the live ones, replayed, SCALE_BACKLOG [600] seconds of expirations
+# already due when the purge starts, SCALE_KEEP_DATA [0] (1: leave
+# MariaDB and its data running), SCALE_SCHEMA [today]: today's
+# mysql/schema.sql, or previous (bench/scale-schemas/previous.sql, the
+# table before rows were kept in expiry order), SCALE_MIGRATE [0] (1:
+# fill the previous table at each size, time mysql/upgrade-expiry-
+# order.sql with first requests going on, then measure the upgraded
+# table), SCALE_TABLE_SQL [none]: SQL run on the empty table first (e.g.
+# SCALE_SCHEMA=previous SCALE_TABLE_SQL=bench/scale-schemas/to-timed.sql);
 # BENCH_CONNECTIONS, BENCH_THREADS and BENCH_WORKERS as for make bench.
 # Needs bench/setup.sh (wrk, gnuplot) and `make build`.
 

@@ -1,12 +1,12 @@
 # Copyright (C) 2026 The ngx_http_idempotency_module authors
 # SPDX-License-Identifier: BSD-2-Clause
 
-"""`bench/scale.sh schemas`: today's schema and the candidates of
+"""`bench/scale.sh schemas`: the previous schema and the candidates of
 bench/scale-schemas/ measured inside MariaDB, without nginx or the
 network (stored procedures, bench/scale-schemas/common.sql), at each of
 SCALE_SCHEMA_SIZES live keys: claim + completion pairs, replays of
 random filled keys, the purge of a backlog, the operator listing, and
-on today's table the online ALTER to candidate (b) and the copy to a
+on the previous table the online ALTER to candidate (b) and the copy to a
 16-byte-hash table.  build/bench-scale/results/schemas.json and
 schemas.md."""
 
@@ -26,17 +26,18 @@ MIGRATION = scale.bench.env_int('SCALE_MIGRATION', 1)
 BACKLOG = scale.bench.env_int('SCALE_SCHEMA_BACKLOG', 3600)
 RESPONSE_BYTES = 300
 # name -> (files after common.sql, hash bytes, their text changed how);
-# "schema.sql" is mysql/schema.sql with its table named sk_keys
+# "schema.sql" is mysql/schema.sql, made into the previous table by
+# previous.sql; its table named sk_keys
 SCHEMAS = {
-    'today': (('schema.sql', 'today.sql'), 32,
-              (('idempotency_keys', 'sk_keys'),)),
+    'previous': (('schema.sql', 'previous.sql', 'previous-fill.sql'), 32,
+                 (('idempotency_keys', 'sk_keys'),)),
     'narrow': (('narrow.sql',), 16, ()),
     'timed': (('timed.sql',), 16, ()),
     'timed32': (('timed.sql',), 32, (
         ('key_hash     BINARY(16)', 'key_hash     BINARY(32)'),
         ('fingerprint  BINARY(16)', 'fingerprint  BINARY(32)'))),
 }
-# today's table made into candidate (b), online (to-timed.sql), and
+# the previous table made into candidate (b), online (to-timed.sql), and
 # copied into a table of 16-byte hashes (what (a) and (b) with a shorter
 # hash need)
 with open(os.path.join(SCHEMA_DIR, 'to-timed.sql')) as _f:
@@ -138,7 +139,7 @@ def measure(name, n, pid):
         hb, 'SET @t = SYSDATE(6); CALL sk_list(); '
             'SELECT TIMESTAMPDIFF(MICROSECOND, @t, SYSDATE(6)) / 1000'))
         for _ in range(3))
-    if name == 'today' and n and MIGRATION:
+    if name == 'previous' and n and MIGRATION:
         rec['migration'] = {
             'copy_16_seconds': timed(pid, hb, COPY_16, 1)['seconds'],
             'alter_timed_seconds': timed(pid, hb, ALTER_TIMED, 1)['seconds'],

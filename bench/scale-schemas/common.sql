@@ -3,8 +3,9 @@
 --
 -- make bench-scale's schema prototypes (bench/scale_schemas.py): what
 -- every candidate shares.  bench/scale_schemas.py loads this file, then
--- the candidate's table (mysql/schema.sql for today's) and its file
--- (today.sql, narrow.sql, timed.sql), which makes sk_fill and replaces
+-- the candidate's table (mysql/schema.sql and previous.sql for the
+-- previous schema) and its file (previous-fill.sql, narrow.sql,
+-- timed.sql), which makes sk_fill and replaces
 -- what it does otherwise:
 --
 --   sk_fill(n, backlog)     n live keys, in the clustered index's order;

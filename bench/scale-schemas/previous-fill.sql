@@ -1,7 +1,7 @@
 -- Copyright (C) 2026 The ngx_http_idempotency_module authors
 -- SPDX-License-Identifier: BSD-2-Clause
 --
--- Today's schema: the table of mysql/schema.sql (bench/scale_schemas.py
+-- The previous schema: the table of previous.sql (bench/scale_schemas.py
 -- loads it as sk_keys before this file) and the module's statements
 -- (common.sql).  One row per key, its response inline, clustered by the
 -- key's SHA-256: a claim's unique check reads a random leaf of the whole
