@@ -19,9 +19,11 @@
 #                             the migrations on the previous table
 #
 # Environment (defaults in brackets): SCALE_SIZES ["0 1000000 5000000
-# 20000000"] live keys, SCALE_BUFFER_POOL [128M], SCALE_MYSQL_PORT [3317],
+# 20000000"] live keys, SCALE_BUFFER_POOL [3G: about 110 bytes a live
+# key at 20 M, docs/operations.md], SCALE_MYSQL_PORT [3317],
 # SCALE_PORT_BASE [18280] (nginx there, the upstream on BASE+10),
 # SCALE_DURATION [10] seconds per measurement, SCALE_WARMUP [1],
+# SCALE_PURGE_ROUNDS [3] purge off/on pairs,
 # SCALE_WARM_TRAFFIC [20] seconds of first requests before measuring,
 # SCALE_COLD_KEYS [0: max(20000, one per 32 live keys)] real keys among
 # the live ones, replayed, SCALE_BACKLOG [600] seconds of expirations
@@ -44,7 +46,7 @@ if [ "${1:-}" = report ]; then
     exec python3 "$ROOT/bench/scale.py" report
 fi
 
-POOL=${SCALE_BUFFER_POOL:-128M}
+POOL=${SCALE_BUFFER_POOL:-3G}
 PORT=${SCALE_MYSQL_PORT:-3317}
 
 mysql() { "$ROOT/scripts/services.sh" mysql "$1" "$DIR" --name scale-mysql \
