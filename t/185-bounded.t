@@ -177,37 +177,53 @@ SKIP: {
     # hashed in 512 KiB slices between events: another connection is
     # answered all along (in one piece, 128 MB would stall the worker for
     # about 100 ms on this kind of machine)
-    my $key = "$tag-big";
     my $body = join '', map { chr(($_ * 7) % 256) x 4096 } 0 .. 32767;
 
-    pipe(my $rd, my $wr) or die "pipe: $!";
-    my $pid = fork // die "fork: $!";
-    if ($pid == 0) {
-        close $rd;
-        my ($worst, $pings) = (0, 0);
-        my $end = time + 30;
-        while (time < $end) {
-            my $t = time;
-            my $r = http_one(port => $P, method => 'GET', uri => '/ping',
-                             timeout => 10);
-            my $dt = time - $t;
-            $worst = $dt if $dt > $worst;
-            $pings++;
-            print STDERR "# ping: $r->{error}\n" if $r->{error};
-            last if -e "$IdemStress::DIR/bounded-stop-$$";
-            sleep 0.002;
+    # the POST, and a client pinging the same worker all along: the
+    # longest a ping waited, and how many were answered
+    my $big = sub {
+        my ($key) = @_;
+        pipe(my $rd, my $wr) or die "pipe: $!";
+        my $pid = fork // die "fork: $!";
+        if ($pid == 0) {
+            close $rd;
+            my ($worst, $pings) = (0, 0);
+            my $end = time + 30;
+            while (time < $end) {
+                my $t = time;
+                my $r = http_one(port => $P, method => 'GET',
+                                 uri => '/ping', timeout => 10);
+                my $dt = time - $t;
+                $worst = $dt if $dt > $worst;
+                $pings++;
+                print STDERR "# ping: $r->{error}\n" if $r->{error};
+                last if -e "$IdemStress::DIR/bounded-stop-$$";
+                sleep 0.002;
+            }
+            print $wr "$worst $pings\n";
+            close $wr;
+            POSIX::_exit(0);
         }
-        print $wr "$worst $pings\n";
         close $wr;
-        POSIX::_exit(0);
-    }
-    close $wr;
 
-    my $r = post($P, '/big', $key, body => $body);
-    IdemStress::write_file("$IdemStress::DIR/bounded-stop-$pid", '');
-    my ($worst, $pings) = split ' ', <$rd>;
-    waitpid $pid, 0;
-    unlink "$IdemStress::DIR/bounded-stop-$pid";
+        my $r = post($P, '/big', $key, body => $body);
+        IdemStress::write_file("$IdemStress::DIR/bounded-stop-$pid", '');
+        my ($worst, $pings) = split ' ', <$rd>;
+        waitpid $pid, 0;
+        unlink "$IdemStress::DIR/bounded-stop-$pid";
+        return ($r, $worst, $pings);
+    };
+
+    # a ping may wait on a loaded machine for reasons of its own (the
+    # CPUs busy with other tests): up to three tries, each with a key of
+    # its own; a worker that hashed the body in one piece stalls them all
+    my ($key, $r, $worst, $pings);
+    for my $try (1 .. 3) {
+        $key = $try == 1 ? "$tag-big" : "$tag-big-$try";
+        ($r, $worst, $pings) = $big->($key);
+        last if $worst < 0.06 || st($r) ne '201 new';
+        diag(sprintf('try %d: a ping waited %.1f ms', $try, 1000 * $worst));
+    }
 
     is(st($r), '201 new', '128 MB in a temp file: executed');
     like($ngx->error_log, qr/a client request body is buffered to a temporary file/,
