@@ -79,7 +79,7 @@ endif
 
 .PHONY: all build deps services services-stop run stop test test-valgrind \
         stress stress-short dashboard bench bench-shards test-galera fuzz \
-        test-asan deb test-deb clean distclean help bench-sqlcost FORCE \
+        test-asan deb test-deb clean distclean help bench-sqlcost bench-sqlcost-variants FORCE \
         nginx-bin test-matrix bench-scale
 
 all: build  ## build the module (the default)
@@ -278,10 +278,12 @@ bench-shards: deps build services  ## 1 and 2 shards, unlimited and at SHARD_CPU
 SQLCOST_THREADS  ?= 16
 SQLCOST_REQUESTS ?= 2000
 
-bench-sqlcost: deps services  ## mariadbd CPU per request of each statement
+build/sqlcost: bench/sqlcost.c
 	@mkdir -p build
-	@$(CC) -O2 -Wall -o build/sqlcost bench/sqlcost.c \
+	@$(CC) -O2 -Wall -o $@ bench/sqlcost.c \
 	    $$(mariadb_config --cflags --libs) -lpthread
+
+bench-sqlcost: deps services build/sqlcost  ## mariadbd CPU per request of each statement
 	@for m in text-claim-new text-claim-dup claim-new claim-dup \
 	          read-dup first; do \
 	    build/sqlcost $$m $(SQLCOST_THREADS) $(SQLCOST_REQUESTS) \
@@ -289,6 +291,11 @@ bench-sqlcost: deps services  ## mariadbd CPU per request of each statement
 	@for m in first-batch read-batch; do for n in 2 4 8 16; do \
 	    build/sqlcost $$m $(SQLCOST_THREADS) $(SQLCOST_REQUESTS) \
 	        $(MYSQL_PORT) build/services/mysql.pid $$n || exit 1; done; done
+
+# the same, a first request's statements on mysql/schema.sql and variants
+# of it (bench/sqlcost.sh: SQLCOST_VARIANTS, SQLCOST_ROUNDS, ...)
+bench-sqlcost-variants: deps services build/sqlcost  ## mariadbd CPU per first request, by table layout
+	@MYSQL_PORT=$(MYSQL_PORT) bench/sqlcost.sh
 
 # the benchmark (bench/, docs/benchmarks.md), not part of `make test`:
 # BENCH_ROUNDS, BENCH_DURATION, BENCH_CONNECTIONS, BENCH_THREADS and

@@ -87,15 +87,19 @@ static const char  claim_row[] =
 static const char  read_sql[] =
     "SELECT key_hash, state, owner, fingerprint, "
     "GREATEST(TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(3), expires_at), 0), "
-    "expires_at <= UTC_TIMESTAMP(3) AND (state <> 0 "
-    "OR lease_until <= UTC_TIMESTAMP(3)), "
-    "state = 0 AND lease_until <= UTC_TIMESTAMP(3), status, "
-    "IF(state = 1 AND expires_at > UTC_TIMESTAMP(3) "
+    "(state = 4 OR expires_at <= UTC_TIMESTAMP(3) AND (state <> 0 "
+    "OR lease_until <= UTC_TIMESTAMP(3))), "
+    "state = 0 AND lease_until <= UTC_TIMESTAMP(3), status, epoch, "
+    "IF(state = 5 OR state = 1 AND expires_at > UTC_TIMESTAMP(3) "
     "AND IFNULL(fingerprint IN (";
+
+#define KEEP  "expires_at = IF(expires_at <= UTC_TIMESTAMP(3), " \
+              "UTC_TIMESTAMP(3) + INTERVAL TIMESTAMPDIFF(MICROSECOND, " \
+              "created_at, expires_at) MICROSECOND, expires_at)"
 
 static const char  complete_sql[] =
     "UPDATE idempotency_keys SET state = ?, status = ?, "
-    "lease_until = UTC_TIMESTAMP(3), response = ? "
+    "lease_until = UTC_TIMESTAMP(3), " KEEP ", response = ? "
     "WHERE key_hash = ? AND owner = ?";
 
 
@@ -263,7 +267,8 @@ batch_sql(int what, int n)
     }
 
     p += sprintf(p, "UPDATE idempotency_keys SET "
-                 "lease_until = UTC_TIMESTAMP(3), state = CASE key_hash");
+                 "lease_until = UTC_TIMESTAMP(3), " KEEP
+                 ", state = CASE key_hash");
     for (i = 0; i < n; i++) {
         p += sprintf(p, " WHEN ? THEN ?");
     }
