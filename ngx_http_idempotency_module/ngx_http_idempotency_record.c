@@ -998,6 +998,16 @@ ngx_http_idempotency_trailer_bad(ngx_str_t *name, ngx_str_t *value)
 }
 
 
+/* the record's own names, as the module spells them: bytes, not case */
+
+static ngx_inline ngx_uint_t
+ngx_http_idempotency_name_is(ngx_str_t *name, ngx_str_t *known)
+{
+    return name->len == known->len
+           && ngx_strncmp(name->data, known->data, known->len) == 0;
+}
+
+
 /* NULL, or why the header may not be stored nor replayed */
 
 static const char *
@@ -1011,10 +1021,7 @@ ngx_http_idempotency_header_bad(ngx_str_t *name, ngx_str_t *value)
 
     /* format 2's fields: a length of decimal digits, or none; a mark */
 
-    if (name->len == ngx_http_idempotency_length.len
-        && ngx_strncmp(name->data, ngx_http_idempotency_length.data,
-                       name->len) == 0)
-    {
+    if (ngx_http_idempotency_name_is(name, &ngx_http_idempotency_length)) {
         if (value->len > NGX_OFF_T_LEN - 1) {
             return "a \":length\" that is too long";
         }
@@ -1028,10 +1035,7 @@ ngx_http_idempotency_header_bad(ngx_str_t *name, ngx_str_t *value)
         return NULL;
     }
 
-    if (name->len == ngx_http_idempotency_location.len
-        && ngx_strncmp(name->data, ngx_http_idempotency_location.data,
-                       name->len) == 0)
-    {
+    if (ngx_http_idempotency_name_is(name, &ngx_http_idempotency_location)) {
         return value->len ? "a \":location\" with a value" : NULL;
     }
 
@@ -1041,14 +1045,10 @@ ngx_http_idempotency_header_bad(ngx_str_t *name, ngx_str_t *value)
      * twice (a byte compare here, not a caseless one and a token scan)
      */
 
-    if (!(name->len == status_line.len
-          && ngx_strncmp(name->data, status_line.data, status_line.len) == 0)
-        && !(name->len == ngx_http_idempotency_override.len
-             && ngx_strncmp(name->data, ngx_http_idempotency_override.data,
-                            name->len) == 0)
-        && !(name->len == ngx_http_idempotency_content_type.len
-             && ngx_strncmp(name->data, ngx_http_idempotency_content_type.data,
-                            name->len) == 0))
+    if (!ngx_http_idempotency_name_is(name, &status_line)
+        && !ngx_http_idempotency_name_is(name, &ngx_http_idempotency_override)
+        && !ngx_http_idempotency_name_is(name,
+                                         &ngx_http_idempotency_content_type))
     {
         if (name->len == 0) {
             return "an empty header name";
