@@ -27,6 +27,7 @@
 #include "ngx_http_idempotency_admin.h"
 #include "ngx_http_idempotency_resend.h"
 #include "ngx_http_idempotency_fence.h"
+#include "ngx_http_idempotency_problem.h"
 
 
 #define NGX_HTTP_IDEMPOTENCY_MAX_RESPONSE  (256 * 1024 * 1024)
@@ -1154,6 +1155,10 @@ ngx_http_idempotency_init(ngx_conf_t *cf)
     ngx_http_core_main_conf_t          *cmcf;
     ngx_http_idempotency_store_t      **stores;
     ngx_http_idempotency_main_conf_t   *imcf;
+
+    if (ngx_http_idempotency_problem_check(cf->log) != NGX_OK) {
+        return NGX_ERROR;
+    }
 
     imcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_idempotency_module);
 

@@ -218,6 +218,34 @@ NGX_HTTP_IDEMPOTENCY_TABLE_CHECK(ngx_http_idempotency_grpc_problems,
                                  NGX_HTTP_IDEMPOTENCY_NPROBLEMS);
 
 
+/*
+ * The size checks above cannot see an entry left out in the middle of a
+ * table: it would be zeros, an answer with no status and, to a gRPC
+ * client, grpc-status 0, the call's success.  Checked once, at start.
+ */
+
+ngx_int_t
+ngx_http_idempotency_problem_check(ngx_log_t *log)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; i < NGX_HTTP_IDEMPOTENCY_NPROBLEMS; i++) {
+        if (ngx_http_idempotency_problems[i].status == 0
+            || ngx_http_idempotency_problems[i].type.len == 0
+            || ngx_http_idempotency_grpc_problems[i]
+               == NGX_HTTP_IDEMPOTENCY_GRPC_OK)
+        {
+            ngx_log_error(NGX_LOG_EMERG, log, 0,
+                          "idempotency: problem %ui has no entry in "
+                          "problem.c's tables", i);
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
 ngx_int_t
 ngx_http_idempotency_problem(ngx_http_request_t *r,
     ngx_http_idempotency_problem_e problem, time_t retry_after,

@@ -62,6 +62,9 @@ ngx_int_t ngx_http_idempotency_problem_ext(ngx_http_request_t *r,
     ngx_http_idempotency_problem_e problem, ngx_str_t *detail,
     ngx_str_t *members);
 
+/* NGX_ERROR (and an emerg line) if a problem lacks an entry of a table */
+ngx_int_t ngx_http_idempotency_problem_check(ngx_log_t *log);
+
 /* the $idempotency_status of a request refused with the problem */
 ngx_uint_t ngx_http_idempotency_problem_status(
     ngx_http_idempotency_problem_e problem);
