@@ -82,7 +82,7 @@ static const char  text_claim[] =
 static const char  claim_row[] =
     "(?, 0, ?, ?, UTC_TIMESTAMP(3), "
     "UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND, "
-    "UTC_TIMESTAMP(3) + INTERVAL ? SECOND)";
+    "UTC_TIMESTAMP() + INTERVAL 1 SECOND + INTERVAL ? SECOND)";
 
 static const char  read_sql[] =
     "SELECT key_hash, state, owner, fingerprint, "

@@ -11,6 +11,9 @@
 -- the purge deletes a range at its head, and the only pages a claim reads
 -- at random are uk_key_hash's, about 70 bytes a live key, which the
 -- buffer pool should hold.  A cold replay reads its row: one random page.
+-- The module sets expires_at on a whole second, so that the keys of one
+-- second lie in key_hash order and concurrent claims spread over its
+-- pages instead of taking turns on the last one.
 -- Times are UTC and always compared with the database's own clock.
 --
 -- state: 0 in progress (owner holds a lease), 1 completed (response

@@ -68,6 +68,18 @@ static u_char *ngx_http_idempotency_hex(u_char *p, u_char *src, size_t len);
     "state = 4 OR expires_at <= UTC_TIMESTAMP(3)"
 
 /*
+ * Retention ends on a whole second, up to one second after
+ * idempotency_ttl: the keys claimed in one second then lie in key_hash
+ * order among themselves (the primary key is (expires_at, key_hash)),
+ * so that concurrent claims and their completions write across that
+ * second's pages rather than all on the table's last one, whose latch
+ * they would take in turn (bench/sqlcost.sh: half the context switches
+ * of MariaDB per first request; docs/benchmarks.md).
+ */
+#define NGX_HTTP_IDEMPOTENCY_SQL_RETAIN                                      \
+    "UTC_TIMESTAMP() + INTERVAL 1 SECOND + INTERVAL ? SECOND"
+
+/*
  * A completion that lands after the key's retention has ended (the
  * request outlived idempotency_ttl) keeps the answer for a retry: its
  * retention starts again from now, as long as the claim's was
@@ -108,7 +120,7 @@ static ngx_http_idempotency_part_t  ngx_http_idempotency_claim_parts[] = {
       "created_at, lease_until, expires_at) VALUES ", NULL },
     { "(?, 0, ?, ?, UTC_TIMESTAMP(3), "
       "UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND, "
-      "UTC_TIMESTAMP(3) + INTERVAL ? SECOND)", ", " },
+      NGX_HTTP_IDEMPOTENCY_SQL_RETAIN ")", ", " },
     { NULL, NULL }
 };
 
@@ -153,7 +165,7 @@ static ngx_http_idempotency_part_t  ngx_http_idempotency_take_parts[] = {
       "created_at = IF(" NGX_HTTP_IDEMPOTENCY_SQL_NEW ", "
       "UTC_TIMESTAMP(3), created_at), "
       "expires_at = IF(" NGX_HTTP_IDEMPOTENCY_SQL_NEW ", "
-      "UTC_TIMESTAMP(3) + INTERVAL ? SECOND, expires_at), "
+      NGX_HTTP_IDEMPOTENCY_SQL_RETAIN ", expires_at), "
       "state = 0, epoch = epoch + 1, "
       "lease_until = UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND, "
       "status = NULL, response = NULL "

@@ -66,7 +66,7 @@ CREATE PROCEDURE sk_claim(k VARBINARY(32), o BINARY(16))
         created_at, lease_until, expires_at)
     VALUES (k, 0, o, LEFT(UNHEX(SHA2('fp', 256)), @sk_hash_bytes),
             UTC_TIMESTAMP(3), UTC_TIMESTAMP(3) + INTERVAL 30 SECOND,
-            UTC_TIMESTAMP(3) + INTERVAL 86400 SECOND) //
+            UTC_TIMESTAMP() + INTERVAL 1 SECOND + INTERVAL 86400 SECOND) //
 
 CREATE PROCEDURE sk_complete(k VARBINARY(32), o BINARY(16), r BLOB)
     UPDATE sk_keys SET state = 1, status = 201,
