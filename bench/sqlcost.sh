@@ -8,6 +8,9 @@
 # machine hits every variant alike.  A variant is a file of ALTERs run
 # after mysql/schema.sql (bench/sqlcost-variants/, or
 # bench/scale-schemas/previous.sql); "schema" is mysql/schema.sql alone.
+# A variant ending in ":lease" runs a completion that keeps an answer
+# stored after retention in lease_until (SQLCOST_KEEP=lease, sqlcost.c)
+# instead of the module's, which moves expires_at.
 #
 #   make bench-sqlcost-variants            (the services' MariaDB)
 #
@@ -49,7 +52,15 @@ table() {
 # one measurement: "variant mode us-per-request context-switches-per-request"
 measure() {
     v=$1; m=$2; n=$3
-    table "$v"
+    file=${v%%:*}
+    keep=
+    name=$(basename "$file" .sql)
+
+    case $v in
+    *:*) keep=${v#*:}; name=$name:$keep ;;
+    esac
+
+    table "$file"
     pid=$(cat "$PIDFILE")
     cs=-
 
@@ -60,8 +71,8 @@ measure() {
         sleep 0.3
     fi
 
-    us=$("$ROOT/build/sqlcost" "$m" "$THREADS" "$REQUESTS" "$PORT" \
-         "$PIDFILE" "$n" | awk '{ print $4 }')
+    us=$(SQLCOST_KEEP=$keep "$ROOT/build/sqlcost" "$m" "$THREADS" \
+         "$REQUESTS" "$PORT" "$PIDFILE" "$n" | awk '{ print $4 }')
 
     if [ -n "${perf_pid:-}" ]; then
         kill -INT "$perf_pid"
@@ -72,7 +83,7 @@ measure() {
         perf_pid=
     fi
 
-    echo "$(basename "$v" .sql) $m $us $cs"
+    echo "$name $m $us $cs"
 }
 
 [ -x "$ROOT/build/sqlcost" ] || {
