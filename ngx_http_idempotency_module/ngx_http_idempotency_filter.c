@@ -74,6 +74,8 @@ static ngx_int_t ngx_http_idempotency_capture_chain(
     ngx_http_idempotency_ctx_t *ctx, ngx_chain_t *in);
 static ngx_int_t ngx_http_idempotency_capture(ngx_http_idempotency_ctx_t *ctx,
     u_char *data, size_t size);
+static void ngx_http_idempotency_cut(ngx_http_idempotency_ctx_t *ctx,
+    ngx_chain_t *in);
 static void ngx_http_idempotency_captured(ngx_http_idempotency_ctx_t *ctx,
     ngx_uint_t last);
 static void ngx_http_idempotency_capture_trailers(
@@ -473,7 +475,7 @@ ngx_http_idempotency_filter_unsure(ngx_http_idempotency_ctx_t *ctx,
 static ngx_int_t
 ngx_http_idempotency_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 {
-    ngx_int_t                    rc;
+    ngx_int_t                    rc, last;
     ngx_chain_t                 *cl;
     ngx_http_idempotency_ctx_t  *ctx;
 
@@ -503,9 +505,14 @@ ngx_http_idempotency_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
     /* copy before passing on: later filters consume the buffers */
 
     if (ctx->capture.active && in) {
-        ngx_http_idempotency_captured(ctx,
-                                      ngx_http_idempotency_capture_chain(ctx,
-                                                                         in));
+        last = ngx_http_idempotency_capture_chain(ctx, in);
+
+        if (last && ngx_http_idempotency_outcome_cut(r)) {
+            ngx_http_idempotency_cut(ctx, in);
+
+        } else {
+            ngx_http_idempotency_captured(ctx, last);
+        }
     }
 
     if (ctx->filter.gone) {
@@ -904,6 +911,42 @@ ngx_http_idempotency_captured(ngx_http_idempotency_ctx_t *ctx,
         rc = ngx_http_idempotency_complete(ctx, NGX_HTTP_IDEMPOTENCY_ROW_DONE,
                                            ngx_http_idempotency_committed);
     }
+
+    if (rc == NGX_OK && !ctx->filter.gone) {
+        ngx_http_idempotency_defer_start(ctx);
+    }
+}
+
+
+/*
+ * The FastCGI server closed the connection before it ended the request
+ * (outcome.c), and nginx passes on what came as the whole answer.  It
+ * may be cut: the outcome is unknown, and the client's response ends as
+ * nginx ends one it knows is cut, without its end (the last chunk, or
+ * HTTP/2's end of stream) and on a connection that then closes.
+ */
+
+static void
+ngx_http_idempotency_cut(ngx_http_idempotency_ctx_t *ctx, ngx_chain_t *in)
+{
+    ngx_int_t            rc;
+    ngx_chain_t         *cl;
+    ngx_http_request_t  *r;
+
+    r = ctx->request;
+
+    for (cl = in; cl; cl = cl->next) {
+        if (cl->buf->last_buf) {
+            cl->buf->last_buf = 0;
+            cl->buf->flush = 1;
+        }
+    }
+
+    r->keepalive = 0;
+
+    rc = ngx_http_idempotency_filter_unsure(ctx, "the FastCGI server closed "
+                                            "the connection before it "
+                                            "ended the request");
 
     if (rc == NGX_OK && !ctx->filter.gone) {
         ngx_http_idempotency_defer_start(ctx);

@@ -13,6 +13,7 @@
 #include "ngx_http_idempotency_module.h"
 #include "ngx_http_idempotency_filter.h"
 #include "ngx_http_idempotency_handler.h"
+#include "ngx_http_idempotency_outcome.h"
 #include "ngx_http_idempotency_mysql.h"
 #include "ngx_http_idempotency_redis.h"
 #include "ngx_http_idempotency_cache.h"
@@ -1201,6 +1202,7 @@ ngx_http_idempotency_init(ngx_conf_t *cf)
     *h = ngx_http_idempotency_handler;
 
     ngx_http_idempotency_check_resend(cf);
+    ngx_http_idempotency_outcome_init(cf);
 
     if (ngx_http_idempotency_resend_init(cf) != NGX_OK) {
         return NGX_ERROR;

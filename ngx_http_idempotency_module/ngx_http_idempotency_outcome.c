@@ -20,6 +20,10 @@
 #include "ngx_http_idempotency_outcome.h"
 
 
+/* the FastCGI module's index in r->ctx, or -1 without it */
+static ngx_int_t  ngx_http_idempotency_fastcgi_ctx = -1;
+
+
 ngx_uint_t
 ngx_http_idempotency_outcome(ngx_http_request_t *r, ngx_uint_t *status)
 {
@@ -171,4 +175,60 @@ ngx_http_idempotency_outcome_lost(ngx_http_request_t *r)
     }
 
     return 0;
+}
+
+
+/*
+ * FastCGI ends an answer with its own records (an empty FCGI_STDOUT, then
+ * FCGI_END_REQUEST), and nginx's FastCGI module notes either as the end:
+ * p->upstream_done when it buffers, u->length 0 when it does not.  Without
+ * fastcgi_keep_conn, or without buffering, nginx also takes a plain close
+ * of the connection for the end, and passes on what came as the whole
+ * answer: a server whose worker dies mid-answer after it read the whole
+ * request (uWSGI's FastCGI socket) closes cleanly.  The FastCGI module
+ * sets its context for every request it serves.
+ */
+
+ngx_uint_t
+ngx_http_idempotency_outcome_cut(ngx_http_request_t *r)
+{
+    ngx_http_upstream_t  *u;
+
+    u = r->upstream;
+
+    if (u == NULL
+        || ngx_http_idempotency_fastcgi_ctx < 0
+        || r->ctx[ngx_http_idempotency_fastcgi_ctx] == NULL
+        || r->header_only)
+    {
+        return 0;
+    }
+
+    if (u->buffering) {
+        return u->pipe && !u->pipe->upstream_done;
+    }
+
+    return u->length != 0;
+}
+
+
+/* by name: a dynamic module cannot link to a module nginx may lack */
+
+void
+ngx_http_idempotency_outcome_init(ngx_conf_t *cf)
+{
+    ngx_uint_t  i;
+
+    ngx_http_idempotency_fastcgi_ctx = -1;
+
+    for (i = 0; cf->cycle->modules[i]; i++) {
+        if (cf->cycle->modules[i]->type == NGX_HTTP_MODULE
+            && ngx_strcmp(cf->cycle->modules[i]->name,
+                          "ngx_http_fastcgi_module") == 0)
+        {
+            ngx_http_idempotency_fastcgi_ctx =
+                                     cf->cycle->modules[i]->ctx_index;
+            return;
+        }
+    }
 }

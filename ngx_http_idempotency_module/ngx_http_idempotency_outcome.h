@@ -48,5 +48,14 @@ ngx_uint_t ngx_http_idempotency_outcome_sent(ngx_http_request_t *r);
  */
 ngx_uint_t ngx_http_idempotency_outcome_lost(ngx_http_request_t *r);
 
+/*
+ * 1: the response's last buffer passes, and the FastCGI server closed
+ * the connection before it ended the request: the answer may be cut.
+ */
+ngx_uint_t ngx_http_idempotency_outcome_cut(ngx_http_request_t *r);
+
+/* finds nginx's FastCGI module among the modules of the configuration */
+void ngx_http_idempotency_outcome_init(ngx_conf_t *cf);
+
 
 #endif /* _NGX_HTTP_IDEMPOTENCY_OUTCOME_H_INCLUDED_ */

@@ -19,7 +19,8 @@
 # build/services/redis.sock), a PHP-FPM master running backend/app.php
 # (php-fpm, :8094, and a second pool with request_terminate_timeout 2s on
 # build/services/php-fpm-term.sock) and a uWSGI master running
-# backend/wsgi.py (uwsgi, :8095).  reset empties the table, Redis and the
+# backend/wsgi.py (uwsgi, :8095, and FastCGI on
+# build/services/uwsgi/sock/fcgi.sock).  reset empties the table, Redis and the
 # apps' execution counts; env prints the connection settings as shell
 # assignments.
 #
@@ -697,15 +698,19 @@ EOF
     phpfpm_pool term "$AS_TERM_SOCK" 2s
 }
 
-# uWSGI: a master and five workers of backend/wsgi.py on the port, with
-# an operator's harakiri of 30 s (the app lowers it for a request with
-# harakiri=S).
+# uWSGI: a master and five workers of backend/wsgi.py on the port, and
+# on a unix socket that speaks FastCGI (sock/fcgi.sock: a FastCGI server
+# that reads the whole request, so that a worker that dies mid-answer
+# closes cleanly), with an operator's harakiri of 30 s (the app lowers it
+# for a request with harakiri=S).
 uwsgi_conf() {
     cat <<EOF
 ; written by scripts/services.sh: the suite's own uWSGI
 [uwsgi]
 plugins = python3
 uwsgi-socket = 127.0.0.1:$AS_PORT
+fastcgi-socket = $AS_DIR/sock/fcgi.sock
+chmod-socket = 666
 listen = 128
 master = true
 processes = 5
@@ -773,6 +778,7 @@ appsrv_start() {
         check_socket_path "$AS_TERM_SOCK"
         conf=$(phpfpm_conf)
     else
+        check_socket_path "$AS_DIR/sock/fcgi.sock"
         conf=$(uwsgi_conf)
     fi
     if pid=$(appsrv_running) \
@@ -781,8 +787,10 @@ appsrv_start() {
         return 0
     fi
     appsrv_stop >/dev/null
-    # the workers (nobody, when run as root) write the counts and the log
-    chmod 1777 "$AS_COUNTS"
+    # the workers (nobody, when run as root) write the counts and the log,
+    # and uWSGI binds its unix socket as nobody
+    mkdir -p "$AS_DIR/sock"
+    chmod 1777 "$AS_COUNTS" "$AS_DIR/sock"
     echo "$conf" > "$AS_CONF"
     : >> "$AS_LOG"
     chmod 666 "$AS_LOG"

@@ -6,7 +6,15 @@
 # twice, and retries get 502 outcome-unknown.  The uwsgi protocol has no
 # end of its own: a body without Content-Length ends with the connection,
 # so a worker that dies in the middle of one ends it as well as a worker
-# that finished (the last block shows what that means).
+# that finished (the uwsgi block at the end shows what that means).
+#
+# The same app on uWSGI's FastCGI socket behind fastcgi_pass: FastCGI ends
+# every answer with records of its own, and uWSGI reads the whole request,
+# so a worker killed mid-answer closes the connection cleanly, which nginx
+# takes for the end without fastcgi_keep_conn or without buffering.  The
+# module sees that the end records never came: the first client's response
+# is not ended, and retries get 502 outcome-unknown; answers that ended
+# are replayed, buffered or not.
 
 use strict;
 use warnings;
@@ -22,12 +30,16 @@ IdemStress::begin_file(qw(UWSGI_PORT));
 
 my $P = port(86);
 my $UWSGI = "127.0.0.1:$ENV{TEST_NGINX_UWSGI_PORT}";
+my $FCGI = "unix:$IdemStress::BUILD/services/uwsgi/sock/fcgi.sock";
 my $tag = "wsgi$$-" . int(time);
 my $n = 0;
 
 my $ngx = app_nginx('uwsgi', $P,
     [ '/orders', uwsgi => $UWSGI ],
-    [ '/slow/', uwsgi => $UWSGI, "uwsgi_read_timeout 1s;\n" ]);
+    [ '/slow/', uwsgi => $UWSGI, "uwsgi_read_timeout 1s;\n" ],
+    [ '/fcgi/', fcgi => $FCGI ],
+    [ '/fcgi-unbuffered/', fcgi => $FCGI, "fastcgi_buffering off;\n" ],
+    [ '/fcgi-keep-conn/', fcgi => $FCGI, "fastcgi_keep_conn on;\n" ]);
 
 sub fresh { return "$tag-" . shift() . '-' . ++$n }
 
@@ -74,6 +86,31 @@ check_cut('a uWSGI worker killed mid-body, with a Content-Length', $P,
        "$name: the first client got half the body, cleanly ended");
     check_replay($name, $P, $uri, $key, $first);
 }
+
+check_answers($P, \&fresh, '/fcgi');
+check_answers($P, \&fresh, '/fcgi-unbuffered');
+
+for my $loc ('/fcgi', '/fcgi-unbuffered', '/fcgi-keep-conn') {
+    my $name = "FastCGI ($loc): a uWSGI worker killed mid-body, "
+             . 'without a Content-Length';
+    my $key = fresh('fcgi-kill');
+    my $uri = "$loc/orders?size=100000&kill=1";
+    my $first = post($P, $uri, $key);
+
+    is($first->{status}, 201, "$name: the first client got the status");
+    ok(length($first->{body} // '') < 100000 && $first->{error},
+       "$name: ... and part of the body, not ended")
+        or diag('error: ' . ($first->{error} // 'none') . ', '
+                . length($first->{body} // '') . ' bytes');
+    check_unknown($name, $P, $uri, $key);
+}
+
+check_cut('FastCGI: a uWSGI worker killed mid-body, with a Content-Length',
+          $P, '/fcgi/orders?size=100000&kill=1&length=1', fresh('fcgi-len'));
+
+like($ngx->error_log,
+     qr/closed the connection before it ended the request; its outcome/,
+     'FastCGI: the error log says why the outcome is unknown');
 
 is_deeply([ $ngx->crashes ], [], 'no worker crashed');
 unlike($ngx->error_log, qr/\[(alert|crit|emerg)\]/, 'no alert in error.log');

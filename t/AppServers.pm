@@ -32,6 +32,14 @@ my %PASS = (
         my ($where) = @_;
         return "uwsgi_pass $where;\ninclude /etc/nginx/uwsgi_params;\n";
     },
+    # the WSGI app on uWSGI's FastCGI socket: the path is its PATH_INFO
+    fcgi => sub {
+        my ($where) = @_;
+        return "fastcgi_pass $where;\n"
+             . "include /etc/nginx/fastcgi_params;\n"
+             . "fastcgi_param SCRIPT_NAME \"\";\n"
+             . "fastcgi_param PATH_INFO \$uri;\n";
+    },
 );
 
 my $ngx;
@@ -135,13 +143,16 @@ sub check_unknown {
 
 # what every server must do: replay a binary body with two cookies and a
 # 300 KB body in two parts byte for byte, and run ten concurrent
-# duplicates once; $fresh->(NAME) makes a new key
+# duplicates once; $fresh->(NAME) makes a new key; the locations' paths
+# start with $prefix (none: /orders)
 sub check_answers {
-    my ($port, $fresh) = @_;
+    my ($port, $fresh, $prefix) = @_;
+    my $at = ($prefix // '') . '/orders';
+    my $in = $prefix ? " ($prefix)" : '';
 
-    my $name = 'a binary body and two cookies';
+    my $name = "a binary body and two cookies$in";
     my $key = $fresh->('binary');
-    my $uri = '/orders?binary=1&cookies=2';
+    my $uri = "$at?binary=1&cookies=2";
     my $first = post($port, $uri, $key);
 
     is($first->{status}, 201, "$name: the first answer");
@@ -150,18 +161,18 @@ sub check_answers {
     is(length $first->{body}, 576, "$name: ... its 576 bytes");
     check_replay($name, $port, $uri, $key, $first);
 
-    $name = 'a 300 KB body in two parts';
+    $name = "a 300 KB body in two parts$in";
     $key = $fresh->('large');
-    $uri = '/orders?size=300000&slow_body=300';
+    $uri = "$at?size=300000&slow_body=300";
     $first = post($port, $uri, $key);
 
     ok($first->{status} == 201 && $first->{body} eq pattern(300000),
        "$name: the first answer");
     check_replay($name, $port, $uri, $key, $first);
 
-    $name = 'ten concurrent duplicates';
+    $name = "ten concurrent duplicates$in";
     $key = $fresh->('race');
-    $uri = '/orders?delay=1000';
+    $uri = "$at?delay=1000";
     my @r = http_many([ map { post($port, $uri, $key, spec => 1) } 1 .. 10 ],
                       timeout => 30);
 
