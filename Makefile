@@ -79,7 +79,8 @@ endif
 
 .PHONY: all build deps services services-stop run stop test test-valgrind \
         stress stress-short dashboard bench bench-shards test-galera fuzz \
-        test-asan deb test-deb clean distclean help bench-sqlcost bench-sqlcost-variants FORCE \
+        test-asan deb test-deb clean distclean help bench-sqlcost bench-sqlcost-variants \
+        bench-pagefill FORCE \
         nginx-bin test-matrix bench-scale
 
 all: build  ## build the module (the default)
@@ -296,6 +297,11 @@ bench-sqlcost: deps services build/sqlcost  ## mariadbd CPU per request of each 
 # of it (bench/sqlcost.sh: SQLCOST_VARIANTS, SQLCOST_ROUNDS, ...)
 bench-sqlcost-variants: deps services build/sqlcost  ## mariadbd CPU per first request, by table layout
 	@MYSQL_PORT=$(MYSQL_PORT) bench/sqlcost.sh
+
+# how full the key table's pages are after a run of first requests
+# (bench/pagefill.sh: PAGEFILL_RETAIN, PAGEFILL_ROUNDS, ...)
+bench-pagefill: deps services build/sqlcost  ## page fill of the key table after 100,000 first requests
+	@MYSQL_PORT=$(MYSQL_PORT) bench/pagefill.sh
 
 # the benchmark (bench/, docs/benchmarks.md), not part of `make test`:
 # BENCH_ROUNDS, BENCH_DURATION, BENCH_CONNECTIONS, BENCH_THREADS and
