@@ -198,9 +198,14 @@ ngx_http_idempotency_outcome_cut(ngx_http_request_t *r)
 
     if (u == NULL
         || ngx_http_idempotency_fastcgi_ctx < 0
-        || r->ctx[ngx_http_idempotency_fastcgi_ctx] == NULL
-        || r->header_only)
+        || r->ctx[ngx_http_idempotency_fastcgi_ctx] == NULL)
     {
+        return 0;
+    }
+
+    /* no body was read, or fastcgi_cache answered: no end to miss */
+
+    if (r->header_only || r->cached) {
         return 0;
     }
 
