@@ -4,7 +4,8 @@
 # PHP request can end without its answer (fastcgi_read_timeout, PHP-FPM's
 # request_terminate_timeout before and after the first byte, a worker
 # killed mid-body): the app never runs twice, and retries get 502
-# outcome-unknown.  The app counts its executions across its workers.
+# outcome-unknown.  Answers are replayed buffered, unbuffered and with
+# fastcgi_keep_conn.  The app counts its executions across its workers.
 
 use strict;
 use warnings;
@@ -28,11 +29,17 @@ my $ngx = app_nginx('php-fpm', $P,
     [ '/orders', php => $FPM ],
     [ '/slow/', php => $FPM, "fastcgi_read_timeout 1s;\n" ],
     # PHP-FPM's pool "term": request_terminate_timeout 2s
-    [ '/term/', php => $TERM ]);
+    [ '/term/', php => $TERM ],
+    # the end of an answer is FastCGI's records, noted another way
+    # unbuffered, and with the connection kept
+    [ '/unbuffered/', php => $FPM, "fastcgi_buffering off;\n" ],
+    [ '/keep-conn/', php => $FPM, "fastcgi_keep_conn on;\n" ]);
 
 sub fresh { return "$tag-" . shift() . '-' . ++$n }
 
 check_answers($P, \&fresh);
+check_answers($P, \&fresh, '/unbuffered');
+check_answers($P, \&fresh, '/keep-conn');
 
 {
     my $name = 'fastcgi_read_timeout';
@@ -60,6 +67,9 @@ check_cut('request_terminate_timeout mid-body', $P,
 
 check_cut('a PHP-FPM worker killed mid-body', $P,
           '/orders?size=100000&kill=1', fresh('kill'));
+
+check_cut('a PHP-FPM worker killed mid-body, unbuffered', $P,
+          '/unbuffered/orders?size=100000&kill=1', fresh('kill-unbuffered'));
 
 is_deeply([ $ngx->crashes ], [], 'no worker crashed');
 unlike($ngx->error_log, qr/\[(alert|crit|emerg)\]/, 'no alert in error.log');
