@@ -205,9 +205,15 @@ ngx_http_idempotency_outcome_cut(ngx_http_request_t *r)
 
     /* no body was read, or fastcgi_cache answered: no end to miss */
 
-    if (r->header_only || r->cached) {
+    if (r->header_only) {
         return 0;
     }
+
+#if (NGX_HTTP_CACHE)
+    if (r->cached) {
+        return 0;
+    }
+#endif
 
     if (u->buffering) {
         return u->pipe && !u->pipe->upstream_done;
