@@ -8,7 +8,8 @@
 # mysql/schema.sql, runs build/sqlcost first-batch (the module's claim
 # and completion statements, THREADS clients, BATCH to a statement, a
 # 300-byte record), then reads the table's pages from the buffer pool
-# (information_schema.INNODB_BUFFER_PAGE: the whole table is there) and
+# (information_schema.INNODB_BUFFER_PAGE of the table's tablespace, not
+# the dropped one's pages still there: the whole table is there) and
 # prints per index its pages, records, fill (data over page bytes) and
 # bytes a key.  Retention ends on a whole second, as the module's does;
 # "ms" runs the claim with retention to the millisecond
@@ -33,15 +34,7 @@ PORT=${MYSQL_PORT:-3307}
 SOCK=${MYSQL_SOCK:-$ROOT/build/services/mysql.sock}
 PIDFILE=${MYSQL_PIDFILE:-$ROOT/build/services/mysql.pid}
 
-mysql_root() {
-    mariadb --no-defaults --protocol=socket --socket="$SOCK" -uroot \
-        idempotency "$@"
-}
-
-table() {
-    mysql_root -e 'DROP TABLE IF EXISTS idempotency_keys'
-    mysql_root < "$ROOT/mysql/schema.sql"
-}
+. "$ROOT/bench/keytable.sh"
 
 trap table EXIT
 
@@ -67,7 +60,9 @@ while [ "$round" -le "$ROUNDS" ]; do
                    ROUND(COUNT(*) * 16384 / SUM(NUMBER_RECORDS))
                        AS bytes_a_key
               FROM information_schema.INNODB_BUFFER_PAGE
-             WHERE TABLE_NAME = '\`idempotency\`.\`idempotency_keys\`'
+             WHERE SPACE = (SELECT SPACE
+                                FROM information_schema.INNODB_SYS_TABLES
+                               WHERE NAME = 'idempotency/idempotency_keys')
                AND PAGE_TYPE = 'INDEX'
              GROUP BY INDEX_NAME ORDER BY INDEX_NAME"
     done

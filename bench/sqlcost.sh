@@ -35,19 +35,7 @@ SOCK=${MYSQL_SOCK:-$ROOT/build/services/mysql.sock}
 PIDFILE=${MYSQL_PIDFILE:-$ROOT/build/services/mysql.pid}
 OUT=$ROOT/build/sqlcost-variants.txt
 
-mysql_root() {
-    mariadb --no-defaults --protocol=socket --socket="$SOCK" -uroot \
-        idempotency "$@"
-}
-
-table() {
-    mysql_root -e 'DROP TABLE IF EXISTS idempotency_keys'
-    mysql_root < "$ROOT/mysql/schema.sql"
-
-    if [ "$1" != schema ]; then
-        mysql_root < "$ROOT/$1"
-    fi
-}
+. "$ROOT/bench/keytable.sh"
 
 # one measurement: "variant mode us-per-request context-switches-per-request"
 measure() {
@@ -103,8 +91,7 @@ while [ $r -le "$ROUNDS" ]; do
     r=$((r + 1))
 done
 
-mysql_root -e 'DROP TABLE IF EXISTS idempotency_keys'
-mysql_root < "$ROOT/mysql/schema.sql"
+table schema
 
 echo
 echo "variant / mode: mariadbd us per request, median (lowest-highest) of" \
