@@ -21,6 +21,14 @@
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := all
+
+# nginx's configure and its generated Makefile split paths at spaces: a
+# checkout whose path has one cannot be built (nor can make's own rules
+# name its files), so say so before anything runs
+ifneq ($(words $(CURDIR)),1)
+  $(error the checkout's path has a space ("$(CURDIR)"): nginx's build \
+    cannot take one; clone or move the checkout to a path without spaces)
+endif
 # The steps of deps -> build -> services -> test must not overlap; the
 # nginx sub-make still compiles in parallel with -jN.
 .NOTPARALLEL:
@@ -75,13 +83,27 @@ else
   NGINX_OBJ ?= build/nginx-obj-custom
   OBJ      := $(NGINX_OBJ)
   CONF_SIG := custom $(NGINX_SRC_ABS) $(CUSTOM_CONF_FLAGS)
+  # --builddir relative to the tree, see OBJ_REL below
+  OBJ_REL  := $(shell realpath -m --relative-to='$(NGINX_SRC_ABS)' '$(abspath $(OBJ))')
+endif
+
+# nginx's auto/make turns "x.c" into "<builddir>/x.o" and then rewrites
+# every "….S" of the result into an object name too, the builddir's
+# own: an absolute --builddir under a folder named "something.S" (as
+# mktemp may name one) breaks the build.  The build directory is given
+# relative to the tree configure runs in, a path of the checkout's own
+# folders (build/...), which never holds ".S".
+ifneq ($(findstring .S/,$(OBJ_REL)/),)
+  $(error NGINX_OBJ seen from NGINX_SRC is "$(OBJ_REL)": nginx's build \
+    cannot take a build directory whose path holds ".S"; set NGINX_OBJ \
+    (or NGINX_SRC) so that the path from one to the other has none)
 endif
 
 .PHONY: all build deps services services-stop run stop test test-valgrind \
         stress stress-short dashboard bench bench-shards test-galera fuzz \
         test-asan deb test-deb clean distclean help bench-sqlcost bench-sqlcost-variants \
         bench-pagefill FORCE \
-        nginx-bin test-matrix bench-scale
+        nginx-bin test-matrix bench-scale test-paths
 
 all: build  ## build the module (the default)
 
@@ -128,7 +150,7 @@ $(OBJ)/.configured: config build/nginx-src/.copied $(OBJ)/.sig
 	@rm -f $@
 	@cd build/nginx-src && . ./conf_flags && \
 	  ./configure "$${NGX_CONF_FLAGS[@]}" --with-cc-opt='$(CC_OPT)' \
-	    --add-dynamic-module=$(CURDIR) --builddir=$(BUILD)/nginx-obj \
+	    --add-dynamic-module=$(CURDIR) --builddir=../nginx-obj \
 	    > $(BUILD)/nginx-obj/configure.log 2>&1 \
 	  || { tail -n 30 $(BUILD)/nginx-obj/configure.log >&2; \
 	       echo "error: configure failed (see $(OBJ)/configure.log)" >&2; \
@@ -143,7 +165,7 @@ $(OBJ)/.configured: config $(OBJ)/.sig
 	@cd $(NGINX_SRC_ABS) && \
 	  if [ -x ./configure ]; then cf=./configure; else cf=./auto/configure; fi && \
 	  $$cf --with-compat $(CUSTOM_CONF_FLAGS) \
-	    --add-dynamic-module=$(CURDIR) --builddir=$(abspath $(OBJ)) \
+	    --add-dynamic-module=$(CURDIR) --builddir='$(OBJ_REL)' \
 	    > $(abspath $(OBJ))/configure.log 2>&1 \
 	  || { tail -n 30 $(abspath $(OBJ))/configure.log >&2; \
 	       echo "error: configure failed (see $(OBJ)/configure.log)" >&2; \
@@ -363,6 +385,13 @@ deb:  ## build the Debian package into build/deb/, lintian-checked
 
 test-deb: deps deb services  ## install the .deb into the system nginx, claim + replay, purge
 	@scripts/test-deb.sh
+
+# the README's commands from awkward places (scripts/paths-check.sh, on
+# throwaway clones of HEAD with ports of their own): a folder only root
+# may enter whose name holds ".S", an ordinary user's, a path with a
+# space; CI runs it after make test
+test-paths: deps  ## build, run, test and stop clones of HEAD in awkward paths
+	@scripts/paths-check.sh
 
 # ---------------------------------------------------------------- clean
 

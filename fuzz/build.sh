@@ -62,8 +62,10 @@ if [ ! -f "$OUT/nginx/.configured" ] || [ "$(cat "$OUT/nginx/.configured")" != "
         cd "$OUT/nginx"
         NGX_CONF_FLAGS=()
         [ -n "$flags" ] && . "$NGINX_DEV/conf_flags"
+        # a relative --builddir: nginx's auto/make breaks an absolute one
+        # that holds ".S" (the Makefile says how)
         ./configure "${NGX_CONF_FLAGS[@]}" --with-cc=clang \
-            --builddir="$OUT/objs" > "$OUT/configure.log" 2>&1
+            --builddir=../objs > "$OUT/configure.log" 2>&1
     ) || { tail -n 20 "$OUT/configure.log" >&2; log "configure failed"; exit 1; }
     echo "$sig" > "$OUT/nginx/.configured"
 fi

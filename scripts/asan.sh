@@ -100,10 +100,11 @@ build() {
         cp -a "$src" "$A/nginx-src"
         mkdir -p "$A/obj"
         (
+            # a relative --builddir, as in the Makefile (".S" in a path)
             cd "$A/nginx-src" && . "$NGINX_DEV/conf_flags" &&
             ./configure "${NGX_CONF_FLAGS[@]}" "${EXTRA[@]}" --with-cc="$ASAN_CC" \
                 --with-cc-opt="$CC_OPT" --with-ld-opt="$LD_OPT" \
-                --add-dynamic-module="$ROOT" --builddir="$A/obj"
+                --add-dynamic-module="$ROOT" --builddir=../obj
         ) > "$A/configure.log" 2>&1 \
             || { tail -n 30 "$A/configure.log" >&2; die "configure failed"; }
         # the module list of the .so defines ngx_modules[] and
