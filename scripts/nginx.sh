@@ -53,15 +53,22 @@ stop() {
 }
 
 start() {
-    local prefix=$1 pid i
+    local prefix=$1 pid i g=()
     [ -x "$NGINX_BIN" ] || die "$NGINX_BIN not found (make deps)"
     [ -f "$prefix/nginx.conf" ] || die "$prefix/nginx.conf missing"
     stop "$prefix" >/dev/null
-    if ! "$NGINX_BIN" -p "$prefix/" -c nginx.conf -t -q 9>&-; then
+    # As root, the workers run as root too, as Test::Nginx runs the
+    # tests' nginx: nobody, nginx's default, cannot enter a checkout under
+    # a folder that others may not (root's home), where the prefix and
+    # its temp paths are.  A configuration's own "user" is kept.
+    if [ "$(id -u)" = 0 ] && ! grep -qE '^[[:space:]]*user[[:space:]]' "$prefix/nginx.conf"; then
+        g=(-g 'user root;')
+    fi
+    if ! "$NGINX_BIN" -p "$prefix/" -c nginx.conf "${g[@]}" -t -q 9>&-; then
         die "configuration test failed ($prefix/nginx.conf)"
     fi
     : > "$prefix/error.log"     # a fresh log per start
-    "$NGINX_BIN" -p "$prefix/" -c nginx.conf 9>&- 2>"$prefix/error.log.start" \
+    "$NGINX_BIN" -p "$prefix/" -c nginx.conf "${g[@]}" 9>&- 2>"$prefix/error.log.start" \
         || { cat "$prefix/error.log.start" >&2; die "failed to start"; }
     for ((i = 0; i < 50; i++)); do
         pid=$(master_pid "$prefix") && break

@@ -187,6 +187,20 @@ pid_of() {
     echo "$pid"
 }
 
+# Dies when something else listens on the port a server is to take: a
+# server that cannot bind fails with a message of its own, in its log,
+# and is otherwise told apart from one that failed for another reason
+# only with guesses.  $1 the port, $2 the server's name, $3 the variable
+# that moves it.
+port_free() {
+    local who
+    command -v ss >/dev/null 2>&1 || return 0
+    who=$(ss -Htlnp "sport = :$1" 2>/dev/null | head -n 1) || return 0
+    [ -n "$who" ] || return 0
+    who=$(sed -n 's/.*users:((\("[^"]*",pid=[0-9]*\).*/\1/p' <<<"$who")
+    die "$2: port $1 is in use${who:+ by $who}: stop that or set $3 to another port"
+}
+
 log_tail() {
     echo "---- last lines of $1 ----" >&2
     tail -n "${2:-25}" "$1" >&2 2>/dev/null || echo "(no log)" >&2
@@ -395,6 +409,7 @@ mysql_start() {
         fi
         mkdir -p "$MY_DATA"
 
+        port_free "$MY_PORT" "$MY_NAME" "the port (--port, IDEM_MYSQL_PORT or MYSQL_PORT)"
         : > "$MY_LOG.start"
         # setsid: not part of the caller's process group (make, CI job).
         # 9>&-: do not inherit the lock descriptor.
@@ -414,7 +429,7 @@ mysql_start() {
             if ! alive "$spid"; then
                 log_tail "$MY_LOG" 40
                 log_tail "$MY_LOG.start" 10
-                die "$MY_NAME: mariadbd exited during startup (port $MY_PORT busy?)"
+                die "$MY_NAME: mariadbd exited during startup (its log above says why)"
             fi
             my_ping && break
             sleep 0.1
@@ -563,6 +578,7 @@ redis_start() {
     rm -f "$RD_PID"
     [ -z "$RD_SOCK" ] || rm -f "$RD_SOCK"
 
+    port_free "$RD_PORT" "$RD_NAME" "the port (--port, IDEM_REDIS_PORT or REDIS_PORT)"
     local sock=()
     [ -z "$RD_SOCK" ] || sock=(--unixsocket "$RD_SOCK" --unixsocketperm 700)
     "$REDIS_SERVER" --port "$RD_PORT" --bind 127.0.0.1 \
@@ -583,7 +599,7 @@ redis_start() {
     done
     if ! pid=$(redis_running); then
         log_tail "$RD_LOG"
-        die "$RD_NAME: no answer on $(rd_where) (port $RD_PORT busy?)"
+        die "$RD_NAME: no answer on $(rd_where) (its log above says why)"
     fi
     echo "$RD_NAME: started (pid $pid, $(rd_where))"
 }
@@ -679,9 +695,6 @@ php_admin_value[expose_php] = 0
 php_admin_value[log_errors] = 1
 php_admin_value[display_errors] = 0
 EOF
-    # as root the workers run as nobody (PHP-FPM refuses root workers
-    # without -R, and they need not be root)
-    [ "$(id -u)" != 0 ] || printf 'user = nobody\ngroup = nogroup\n'
 }
 
 phpfpm_conf() {
@@ -725,7 +738,6 @@ ignore-sigpipe = true
 ignore-write-errors = true
 disable-write-exception = true
 EOF
-    [ "$(id -u)" != 0 ] || printf 'uid = nobody\ngid = nogroup\n'
 }
 
 # the server answers on its port: PHP-FPM an FCGI_GET_VALUES, uWSGI a
@@ -787,15 +799,20 @@ appsrv_start() {
         return 0
     fi
     appsrv_stop >/dev/null
-    # the workers (nobody, when run as root) write the counts and the log,
-    # and uWSGI binds its unix socket as nobody
+    port_free "$AS_PORT" "$AS_NAME" "$( [ "$AS_NAME" = php-fpm ] \
+        && echo PHPFPM_PORT || echo UWSGI_PORT)"
+    # The workers run as the user who starts the server, root included
+    # (PHP-FPM's -R), as Test::Nginx runs the tests' nginx: workers that
+    # dropped to nobody could not reach the app, its counts, its log or
+    # uWSGI's socket in a checkout under a folder others cannot enter
+    # (root's home, any mktemp -d folder)
     mkdir -p "$AS_DIR/sock"
-    chmod 1777 "$AS_COUNTS" "$AS_DIR/sock"
     echo "$conf" > "$AS_CONF"
     : >> "$AS_LOG"
-    chmod 666 "$AS_LOG"
     if [ "$AS_NAME" = php-fpm ]; then
-        setsid "$AS_BIN" -n -y "$AS_CONF" -d extension=posix \
+        local asroot=()
+        [ "$(id -u)" != 0 ] || asroot=(-R)
+        setsid "$AS_BIN" -n -y "$AS_CONF" -d extension=posix ${asroot[@]+"${asroot[@]}"} \
             </dev/null >>"$AS_LOG" 2>&1 9>&- \
             || { log_tail "$AS_LOG"; die "php-fpm failed to start"; }
     else
@@ -812,7 +829,7 @@ appsrv_start() {
     done
     if ! pid=$(appsrv_running); then
         log_tail "$AS_LOG"
-        die "$AS_NAME: no answer on 127.0.0.1:$AS_PORT (port busy?)"
+        die "$AS_NAME: no answer on 127.0.0.1:$AS_PORT (its log above says why)"
     fi
     echo "$AS_NAME: started (pid $pid, 127.0.0.1:$AS_PORT, log $AS_LOG)"
 }
@@ -890,6 +907,7 @@ backend_start() {
     command -v "$PYTHON" >/dev/null 2>&1 || die "$PYTHON not found (scripts/deps.sh)"
     mkdir -p "$(dirname "$pidfile")" "$(dirname "$logfile")"
 
+    port_free "$port" backend "its port (BACKEND_PORT, TEST_BACKEND_PORT)"
     # BACKEND_ARGS: more options of backend/app.py (make run: --bank-db)
     setsid "$PYTHON" "$APP" --host 127.0.0.1 --port "$port" \
         ${BACKEND_ARGS:-} --pidfile "$pidfile" --log "$logfile" \
@@ -899,7 +917,7 @@ backend_start() {
     for ((i = 0; i < 100; i++)); do
         if ! alive "$spid"; then
             tail -n 15 "$logfile" >&2
-            die "backend exited at startup (port $port busy?)"
+            die "backend exited at startup (its log above says why)"
         fi
         [ -s "$pidfile" ] && backend_answers "$port" && break
         sleep 0.1
@@ -965,6 +983,7 @@ grpc_start() {
     mkdir -p "$(dirname "$pidfile")" "$(dirname "$logfile")"
     rm -f "$pidfile"
 
+    port_free "$port" grpc "its port (TEST_GRPC_PORT)"
     setsid node "$GRPC_APP" --port "$port" --pidfile "$pidfile" --log "$logfile" \
         </dev/null >>"$logfile" 2>&1 9>&- &
     local spid=$!
@@ -972,7 +991,7 @@ grpc_start() {
     # the pid file is written once the server listens
     for ((i = 0; i < 100; i++)); do
         alive "$spid" || { tail -n 15 "$logfile" >&2
-                           die "grpc: exited at startup (port $port busy?)"; }
+                           die "grpc: exited at startup (its log above says why)"; }
         [ -s "$pidfile" ] && break
         sleep 0.1
     done

@@ -184,6 +184,9 @@ cat > "$WORK/nginx.conf" <<EOF
 # make test-deb: the system's nginx and the modules it enables
 include $ENABLED_DIR/*.conf;
 
+# the workers as the master (root): the temp paths are in the checkout,
+# which other users may not be able to enter
+user root;
 worker_processes 1;
 pid $WORK/nginx.pid;
 error_log $WORK/error.log info;

@@ -293,6 +293,7 @@ class Services:
 
 NGINX_CONF = """\
 load_module {module};
+user root;
 worker_processes 2;
 error_log logs/error.log info;
 pid logs/nginx.pid;
