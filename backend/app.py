@@ -36,6 +36,7 @@ Query parameters of an execution (combinable):
     expires=1    Expires: Thu, 01 Jan 1970 00:00:01 GMT and Cache-Control:
                  no-cache
     accel_charset=CS  an X-Accel-Charset: CS header
+    retry_after=S  a Retry-After: S header (with status=429, say)
     location=URL Location: URL instead of /orders/ord-<n> (percent-encoded)
 
 Default answer: 201 for POST, 200 otherwise, application/json,
@@ -342,6 +343,8 @@ def execute(method, uri, query, key, total, execution, reqbody):
         headers.append(("Cache-Control", "no-cache"))
     if p.get("accel_charset"):
         headers.append(("X-Accel-Charset", p["accel_charset"]))
+    if p.get("retry_after"):
+        headers.append(("Retry-After", p["retry_after"]))
     headers.append(("X-Execution", str(execution)))
     headers.append(("X-Order-Id", order))
     for i in range(1, int_param(p, "cookies") + 1):

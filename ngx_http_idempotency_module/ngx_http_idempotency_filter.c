@@ -167,13 +167,14 @@ ngx_http_idempotency_header_filter(ngx_http_request_t *r)
 
     status = r->headers_out.status;
 
-    /* a 5xx (unless asked to keep it): the key is given back, so that a
-     * retry executes again; an interim status is nothing to keep */
+    /*
+     * A status that idempotency_store_status does not keep (a 5xx, a
+     * transient 408, 425 or 429, by default) passes to the client as it
+     * is, Retry-After included, and the key is given back, so that a
+     * retry executes again; an interim status is nothing to keep
+     */
 
-    if (status < NGX_HTTP_OK
-        || (status >= NGX_HTTP_INTERNAL_SERVER_ERROR
-            && !ctx->conf->store_5xx))
-    {
+    if (!ngx_http_idempotency_kept(ctx->conf, status)) {
         ngx_http_idempotency_release(ctx, "response not kept");
         return ngx_http_next_header_filter(r);
     }
@@ -402,8 +403,8 @@ ngx_http_idempotency_header_ends(ngx_http_request_t *r)
 
 /*
  * The backend answered, and nginx sends a page of its own instead
- * (proxy_intercept_errors with error_page): a failure it reported is
- * given back, as for a 5xx it sends; otherwise it executed, and its
+ * (proxy_intercept_errors with error_page): a status that is not kept
+ * is given back, as when it is sent; otherwise it executed, and its
  * answer is not there to store.
  */
 
@@ -411,7 +412,7 @@ static void
 ngx_http_idempotency_replaced(ngx_http_idempotency_ctx_t *ctx,
     ngx_uint_t status)
 {
-    if (status >= NGX_HTTP_INTERNAL_SERVER_ERROR && !ctx->conf->store_5xx) {
+    if (!ngx_http_idempotency_kept(ctx->conf, status)) {
         ngx_http_idempotency_release(ctx, "response not kept");
         return;
     }

@@ -44,6 +44,11 @@ static char *ngx_http_idempotency_methods(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_idempotency_skip_header(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
+static char *ngx_http_idempotency_store_status(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
+static ngx_int_t ngx_http_idempotency_merge_keep(ngx_conf_t *cf,
+    ngx_http_idempotency_loc_conf_t *conf,
+    ngx_http_idempotency_loc_conf_t *prev);
 static char *ngx_http_idempotency_on_store_error(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
 static char *ngx_http_idempotency_set_sec(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -74,6 +79,8 @@ static char *ngx_http_idempotency_check_capture_memory(ngx_conf_t *cf,
 static void *ngx_http_idempotency_create_main_conf(ngx_conf_t *cf);
 static char *ngx_http_idempotency_init_main_conf(ngx_conf_t *cf, void *conf);
 static void *ngx_http_idempotency_create_loc_conf(ngx_conf_t *cf);
+static ngx_int_t ngx_http_idempotency_check_fence(ngx_conf_t *cf,
+    ngx_http_idempotency_loc_conf_t *conf);
 static ngx_int_t ngx_http_idempotency_check_lease(ngx_log_t *log,
     ngx_http_idempotency_store_t *store, ngx_msec_t lease);
 static ngx_http_upstream_conf_t *ngx_http_idempotency_upstream_conf(
@@ -186,6 +193,13 @@ static ngx_command_t  ngx_http_idempotency_commands[] = {
       ngx_conf_set_flag_slot,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_idempotency_loc_conf_t, store_5xx),
+      NULL },
+
+    { ngx_string("idempotency_store_status"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_idempotency_store_status,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
       NULL },
 
     { ngx_string("idempotency_max_response_size"),
@@ -447,6 +461,130 @@ ngx_http_idempotency_methods(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     return NGX_CONF_OK;
+}
+
+
+/*
+ * The answers that are stored: "2xx", "3xx", "4xx" or "5xx" for a class,
+ * or a status.  A class leaves out the transient refusals, 408, 425 and
+ * 429 (the operation did not run: a retry after them must run it); a
+ * status named on its own is stored whatever its class.
+ */
+
+static ngx_uint_t  ngx_http_idempotency_transient[] = { 408, 425, 429 };
+
+
+static void
+ngx_http_idempotency_keep_class(u_char *keep, ngx_uint_t from)
+{
+    ngx_uint_t  s, i;
+
+    for (s = from; s < from + 100; s++) {
+        keep[s >> 3] |= 1 << (s & 7);
+    }
+
+    for (i = 0; i < sizeof(ngx_http_idempotency_transient)
+                    / sizeof(ngx_http_idempotency_transient[0]); i++)
+    {
+        s = ngx_http_idempotency_transient[i];
+
+        if (s >= from && s < from + 100) {
+            keep[s >> 3] &= ~(1 << (s & 7));
+        }
+    }
+}
+
+
+static char *
+ngx_http_idempotency_store_status(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_idempotency_loc_conf_t  *ilcf = conf;
+
+    ngx_int_t   n;
+    ngx_str_t  *value;
+    ngx_uint_t  i;
+
+    if (ilcf->keep) {
+        return "is duplicate";
+    }
+
+    ilcf->keep = ngx_pcalloc(cf->pool,
+                             NGX_HTTP_IDEMPOTENCY_STATUS_BITS / 8 + 1);
+    if (ilcf->keep == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    value = cf->args->elts;
+
+    for (i = 1; i < cf->args->nelts; i++) {
+
+        if (value[i].len == 3 && value[i].data[0] >= '2'
+            && value[i].data[0] <= '5'
+            && (value[i].data[1] | 0x20) == 'x'
+            && (value[i].data[2] | 0x20) == 'x')
+        {
+            ngx_http_idempotency_keep_class(ilcf->keep,
+                                            (value[i].data[0] - '0') * 100);
+            continue;
+        }
+
+        n = (value[i].len == 3) ? ngx_atoi(value[i].data, 3) : NGX_ERROR;
+
+        if (n < 200 || n > 599) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid value \"%V\" in \"%V\": expected "
+                               "a status from 200 to 599, or one of 2xx, "
+                               "3xx, 4xx, 5xx", &value[i], &cmd->name);
+            return NGX_CONF_ERROR;
+        }
+
+        ilcf->keep[n >> 3] |= 1 << (n & 7);
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * The merged set: the location's, an outer level's, or the default
+ * "2xx 3xx 4xx"; "idempotency_store_5xx on" adds 5xx.
+ */
+
+static ngx_int_t
+ngx_http_idempotency_merge_keep(ngx_conf_t *cf,
+    ngx_http_idempotency_loc_conf_t *conf,
+    ngx_http_idempotency_loc_conf_t *prev)
+{
+    u_char  *keep;
+
+    /* the same bits each time: a static array outlives a reload's pool */
+    static u_char  dflt[NGX_HTTP_IDEMPOTENCY_STATUS_BITS / 8 + 1];
+
+    if (conf->keep == NULL) {
+        conf->keep = prev->keep;
+    }
+
+    if (conf->keep == NULL) {
+        ngx_http_idempotency_keep_class(dflt, 200);
+        ngx_http_idempotency_keep_class(dflt, 300);
+        ngx_http_idempotency_keep_class(dflt, 400);
+
+        conf->keep = dflt;
+    }
+
+    if (conf->store_5xx == 1) {
+        keep = ngx_pnalloc(cf->pool, NGX_HTTP_IDEMPOTENCY_STATUS_BITS / 8 + 1);
+        if (keep == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_memcpy(keep, conf->keep, NGX_HTTP_IDEMPOTENCY_STATUS_BITS / 8 + 1);
+        ngx_http_idempotency_keep_class(keep, 500);
+        conf->keep = keep;
+    }
+
+    return NGX_OK;
 }
 
 
@@ -934,6 +1072,10 @@ ngx_http_idempotency_merge_loc_conf(ngx_conf_t *cf, void *parent,
     ngx_conf_merge_msec_value(conf->lease, prev->lease, 30000);
     ngx_conf_merge_msec_value(conf->wait, prev->wait, 0);
     ngx_conf_merge_value(conf->store_5xx, prev->store_5xx, 0);
+
+    if (ngx_http_idempotency_merge_keep(cf, conf, prev) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
     ngx_conf_merge_size_value(conf->max_response_size,
                               prev->max_response_size, 1024 * 1024);
     ngx_conf_merge_uint_value(conf->on_store_error, prev->on_store_error,
@@ -971,6 +1113,10 @@ ngx_http_idempotency_merge_loc_conf(ngx_conf_t *cf, void *parent,
         return NGX_CONF_OK;
     }
 
+    if (conf->fence && ngx_http_idempotency_check_fence(cf, conf) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
     if ((ngx_msec_t) conf->ttl * 1000 <= conf->lease) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "\"idempotency_lease\" (%Mms) must be shorter "
@@ -992,6 +1138,42 @@ ngx_http_idempotency_merge_loc_conf(ngx_conf_t *cf, void *parent,
     }
 
     return NGX_CONF_OK;
+}
+
+
+/*
+ * What would void the fence.  A backend refuses an epoch that was fenced
+ * with a 5xx: stored, that refusal would be the key's answer, and the
+ * operation would never run.
+ */
+
+static ngx_int_t
+ngx_http_idempotency_check_fence(ngx_conf_t *cf,
+    ngx_http_idempotency_loc_conf_t *conf)
+{
+    ngx_uint_t  s;
+
+    for (s = 500; s < 600; s++) {
+        if (ngx_http_idempotency_kept(conf, s)) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"idempotency_fence\" cannot keep a 5xx "
+                               "(%ui, \"idempotency_store_status\" or "
+                               "\"idempotency_store_5xx\"): a backend refuses "
+                               "a fenced epoch with a 5xx, which would be "
+                               "stored as the key's answer", s);
+            return NGX_ERROR;
+        }
+    }
+
+    if (conf->on_unknown == NGX_HTTP_IDEMPOTENCY_UNKNOWN_RELEASE) {
+        ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
+                           "\"idempotency_on_unknown_outcome release\" "
+                           "changes nothing with \"idempotency_fence\": a "
+                           "retry after an unknown outcome waits for the "
+                           "marker's verdict either way");
+    }
+
+    return NGX_OK;
 }
 
 

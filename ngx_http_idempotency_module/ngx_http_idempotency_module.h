@@ -69,6 +69,19 @@ typedef enum {
 #define NGX_HTTP_IDEMPOTENCY_ROW_EXECUTED   5    /* the backend's marker says
                                                     it ran; fence.c */
 
+/*
+ * idempotency_store_status: a bit per HTTP status below 600, set for
+ * those whose answer is stored (conf->keep, never NULL once merged); a
+ * larger status goes with 599
+ */
+#define NGX_HTTP_IDEMPOTENCY_STATUS_BITS    600
+
+#define ngx_http_idempotency_kept(conf, s)                                   \
+    ngx_http_idempotency_kept_bit((conf)->keep,                              \
+        ((s) < NGX_HTTP_IDEMPOTENCY_STATUS_BITS) ? (s) : 599)
+#define ngx_http_idempotency_kept_bit(keep, s)                               \
+    ((keep)[(s) >> 3] & (1 << ((s) & 7)))
+
 #define NGX_HTTP_IDEMPOTENCY_STORE_REJECT   0
 #define NGX_HTTP_IDEMPOTENCY_STORE_PASS     1
 
@@ -169,6 +182,7 @@ typedef struct {
     ngx_msec_t                      lease;
     ngx_msec_t                      wait;
     ngx_flag_t                      store_5xx;
+    u_char                         *keep;      /* store_status, bits */
     size_t                          max_response_size;
     ngx_array_t                    *skip_headers; /* of ngx_str_t */
     ngx_uint_t                      on_store_error;

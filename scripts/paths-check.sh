@@ -33,6 +33,14 @@ PORTS=(MYSQL_PORT=$((BASE + 7)) MYSQL2_PORT=$((BASE + 8))
        PHPFPM_PORT=$((BASE + 24)) UWSGI_PORT=$((BASE + 25))
        TEST_GRPC_PORT=$((BASE + 23)) TEST_NGINX_PORT=$((BASE + 84)))
 
+# the clones' tests run under the Test::Nginx this checkout's run under
+# (scripts/run-tests.sh): an installed one, or the copy beside it
+SHARED_TN=$(cd "$ROOT/.." && pwd)/shared/test-nginx/lib
+if ! perl -MTest::Nginx::Socket -e1 >/dev/null 2>&1 \
+        && [ -f "$SHARED_TN/Test/Nginx/Socket.pm" ]; then
+    export PERL5LIB=$SHARED_TN${PERL5LIB:+:$PERL5LIB}
+fi
+
 TMP=$(mktemp -d /tmp/idem-paths.XXXXXX) || exit 1
 TMPU=""
 FAILS=0
