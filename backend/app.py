@@ -62,7 +62,7 @@ the highest is not committed and answers the same 409. So each key
 commits at most once per epoch, and never from a stale executor.
 
 Withdrawals (--bank-db NAME, with --bank-user, --bank-password,
---bank-socket or --bank-host/--bank-port, --fence-table, --key-hash-header,
+--bank-socket or --bank-host/--bank-port, --fence-table, --marker-header,
 --epoch-header): POST /withdraw runs a MariaDB transaction that takes part
 in the module's fence (backend/withdraw.py; Debian's python3-pymysql).
 
@@ -573,7 +573,7 @@ def main():
     ap.add_argument("--bank-host", default="127.0.0.1")
     ap.add_argument("--bank-port", type=int, default=3306)
     ap.add_argument("--fence-table", default="idempotency_fence")
-    ap.add_argument("--key-hash-header", default="Idempotency-Key-Hash")
+    ap.add_argument("--marker-header", default="Idempotency-Marker")
     ap.add_argument("--epoch-header", default="Idempotency-Epoch")
     args = ap.parse_args()
 

@@ -32,6 +32,15 @@
 -- backend that remembers the highest it has seen for a key can refuse a
 -- stale executor (idempotency_epoch_header).
 --
+-- life: the token of the claim that began the key's current use (its
+-- INSERT, or a claim after a release or after retention), which a fence's
+-- marker names together with the epoch, so that the marker of an epoch is
+-- never that of another use of the same key (after a purge, a forget, or
+-- in another store that shares the marker table).  Written only where a
+-- location fences the store's keys (idempotency_fence); NULL otherwise,
+-- and for rows of earlier versions, whose markers are named by key_hash.
+-- mysql/upgrade-life.sql adds it to an existing table, at once.
+--
 -- ix_state_created serves the operator's listing (idempotency_admin,
 -- list=in_progress and list=unknown): the rows of one state, oldest
 -- first, read up to the limit without a scan or a sort.  Its entries for
@@ -52,6 +61,7 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
     expires_at   DATETIME(3)      NOT NULL,
     status       SMALLINT UNSIGNED NULL,
     response     LONGBLOB         NULL,
+    life         BINARY(16)       NULL,
     PRIMARY KEY (expires_at, key_hash),
     UNIQUE KEY uk_key_hash (key_hash),
     KEY ix_state_created (state, created_at, key_hash)

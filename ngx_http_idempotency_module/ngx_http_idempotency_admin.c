@@ -1394,10 +1394,17 @@ ngx_http_idempotency_admin_refused(ngx_http_idempotency_admin_t *ad,
     state = ngx_http_idempotency_field_int(
                 &op->fields[NGX_HTTP_IDEMPOTENCY_ADMIN_F_STATE]);
 
-    done = (state == NGX_HTTP_IDEMPOTENCY_ROW_DONE
-            || state == NGX_HTTP_IDEMPOTENCY_ROW_UNSTORED);
+    /* the action that applies to the state: forget to a key that ran
+     * (completed, not stored, executed by its marker), release to one in
+     * progress or of unknown outcome; a released key is free already */
 
-    if ((ad->what == NGX_HTTP_IDEMPOTENCY_ADMIN_RELEASE) == !done) {
+    done = (state == NGX_HTTP_IDEMPOTENCY_ROW_DONE
+            || state == NGX_HTTP_IDEMPOTENCY_ROW_UNSTORED
+            || state == NGX_HTTP_IDEMPOTENCY_ROW_EXECUTED);
+
+    if (state != NGX_HTTP_IDEMPOTENCY_ROW_RELEASED
+        && (ad->what == NGX_HTTP_IDEMPOTENCY_ADMIN_RELEASE) == !done)
+    {
         problem = NGX_HTTP_IDEMPOTENCY_P_CHANGED;
         ngx_str_null(&detail);
 
@@ -1405,12 +1412,18 @@ ngx_http_idempotency_admin_refused(ngx_http_idempotency_admin_t *ad,
         problem = NGX_HTTP_IDEMPOTENCY_P_NOT_APPLICABLE;
         name = ngx_http_idempotency_admin_state(state);
 
-        if (ngx_http_idempotency_admin_bad(ad, done
+        if (ngx_http_idempotency_admin_bad(ad,
+                 state == NGX_HTTP_IDEMPOTENCY_ROW_RELEASED
+                 ? "The key's state is %V: it is free already, and the "
+                   "next request with it runs (after its fence, where "
+                   "one is configured)."
+                 : done
                  ? "The key's state is %V: release applies to keys in "
                    "progress or of unknown outcome.  To let a retry run "
                    "again, use action=forget."
-                 : "The key's state is %V: forget applies to completed "
-                   "keys.  To let a retry run again, use action=release.",
+                 : "The key's state is %V: forget applies to keys that "
+                   "ran (completed, not stored, executed).  To let a "
+                   "retry run again, use action=release.",
                  name)
             == NGX_ERROR)
         {

@@ -78,9 +78,17 @@ static ngx_int_t ngx_http_idempotency_verdict(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op);
 static ngx_int_t ngx_http_idempotency_done_verdict(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op,
-    ngx_int_t state, ngx_int_t ttl_s);
+    ngx_int_t state, ngx_uint_t dead, ngx_int_t ttl_s);
+static ngx_int_t ngx_http_idempotency_rerun(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx);
 static void ngx_http_idempotency_fenced(ngx_http_idempotency_ctx_t *ctx,
     ngx_http_idempotency_fence_e rc);
+static void ngx_http_idempotency_find(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx);
+static void ngx_http_idempotency_find_done(ngx_http_idempotency_op_t *op);
+static void ngx_http_idempotency_row_life(ngx_http_idempotency_ctx_t *ctx,
+    ngx_http_idempotency_op_t *op);
+static void ngx_http_idempotency_new_life(ngx_http_idempotency_ctx_t *ctx);
 static void ngx_http_idempotency_row_replay(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op,
     ngx_int_t ttl_s);
@@ -325,7 +333,7 @@ static ngx_int_t
 ngx_http_idempotency_claim_next(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op)
 {
-    ngx_uint_t  first, takeover;
+    ngx_uint_t  first, status;
 
     first = (ctx->claim.tries - ctx->claim.lost == 1
              && !ctx->claim.in_progress);
@@ -341,8 +349,10 @@ ngx_http_idempotency_claim_next(ngx_http_request_t *r,
         }
 
         if (op->affected_rows == 1) {
-            /* the INSERT made the row: a new key, nothing was read */
+            /* the INSERT made the row: a new key, nothing was read; its
+             * life is this claim's */
             ctx->epoch = 1;
+            ngx_http_idempotency_new_life(ctx);
             ngx_http_idempotency_won(r, ctx, ctx->conf->ttl,
                                      NGX_HTTP_IDEMPOTENCY_NEW);
             return 0;
@@ -393,14 +403,32 @@ ngx_http_idempotency_claim_next(ngx_http_request_t *r,
         /* the TAKE was conditional on the epoch read: it is one more */
         ctx->epoch++;
 
-        takeover = (ctx->claim.take == NGX_HTTP_IDEMPOTENCY_TAKE_LEASE
-                    || ctx->claim.take == NGX_HTTP_IDEMPOTENCY_TAKE_FENCED);
+        switch (ctx->claim.take) {
 
-        ngx_http_idempotency_won(r, ctx,
-                                 takeover ? ctx->claim.take_ttl
-                                          : ctx->conf->ttl,
-                                 takeover ? NGX_HTTP_IDEMPOTENCY_TAKEOVER
-                                          : NGX_HTTP_IDEMPOTENCY_NEW);
+        case NGX_HTTP_IDEMPOTENCY_TAKE_EXPIRED:
+
+            /* a new operation, and a new life; a dead owner's past
+             * retention is still a takeover to the log */
+
+            ngx_http_idempotency_new_life(ctx);
+            ngx_http_idempotency_won(r, ctx, ctx->conf->ttl,
+                                     ctx->claim.state
+                                         == NGX_HTTP_IDEMPOTENCY_ROW_PROGRESS
+                                     && ctx->claim.same
+                                     ? NGX_HTTP_IDEMPOTENCY_TAKEOVER
+                                     : NGX_HTTP_IDEMPOTENCY_NEW);
+            return 0;
+
+        case NGX_HTTP_IDEMPOTENCY_TAKE_REDRIVE:
+            status = NGX_HTTP_IDEMPOTENCY_REDRIVE;
+            break;
+
+        default: /* TAKE_LEASE, TAKE_FENCED */
+            status = NGX_HTTP_IDEMPOTENCY_TAKEOVER;
+            break;
+        }
+
+        ngx_http_idempotency_won(r, ctx, ctx->claim.take_ttl, status);
         return 0;
     }
 }
@@ -540,6 +568,8 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
     state = ngx_http_idempotency_field_int(&f[NGX_HTTP_IDEMPOTENCY_F_STATE]);
     expired = ngx_http_idempotency_field_int(
                                         &f[NGX_HTTP_IDEMPOTENCY_F_EXPIRED]);
+
+    /* the lease ended: of an owner (0), or of a live owner's window (5) */
     dead = ngx_http_idempotency_field_int(&f[NGX_HTTP_IDEMPOTENCY_F_DEAD]);
 
     /* the retention left, by the database's clock, in whole seconds */
@@ -547,6 +577,8 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
 
     ctx->epoch = ngx_max(ngx_http_idempotency_field_int(
                              &f[NGX_HTTP_IDEMPOTENCY_F_EPOCH]), 1);
+
+    ngx_http_idempotency_row_life(ctx, op);
 
     if (ctx->has_token
         && ngx_http_idempotency_field_is(&f[NGX_HTTP_IDEMPOTENCY_F_OWNER],
@@ -565,7 +597,11 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
                                             ctx->fingerprint,
                                             NGX_HTTP_IDEMPOTENCY_HASH_LEN);
 
-    /* past retention, or its owner died: the TAKE decides */
+    ctx->claim.state = state;
+    ctx->claim.same = same;
+    ctx->claim.take_ttl = ttl_s;
+
+    /* released or past retention, or its owner died: the TAKE decides */
 
     if (expired == 1) {
 
@@ -577,23 +613,38 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
 
         ctx->claim.take = NGX_HTTP_IDEMPOTENCY_TAKE_EXPIRED;
 
-    } else if (same && dead == 1) {
-        ctx->claim.take = NGX_HTTP_IDEMPOTENCY_TAKE_LEASE;
+        /*
+         * A released key's last epoch may have reached the backend (a
+         * 5xx after its commit, an operator's release), and so may that
+         * of an owner that died after the key's retention: the marker
+         * decides before the key runs again.  A completed epoch ran and
+         * answered: a new operation may follow it.
+         */
+
+        if (ilcf->fence
+            && (state == NGX_HTTP_IDEMPOTENCY_ROW_RELEASED
+                || state == NGX_HTTP_IDEMPOTENCY_ROW_PROGRESS))
+        {
+            ngx_http_idempotency_fence(ctx, ngx_http_idempotency_fenced);
+            return NGX_AGAIN;
+        }
+
+        return NGX_OK;
     }
 
-    ctx->claim.take_ttl = ttl_s;
+    if (same && dead == 1 && state == NGX_HTTP_IDEMPOTENCY_ROW_PROGRESS) {
 
-    if (ctx->claim.take == NGX_HTTP_IDEMPOTENCY_TAKE_LEASE && ilcf->fence) {
+        ctx->claim.take = NGX_HTTP_IDEMPOTENCY_TAKE_LEASE;
 
         /* the owner may still be executing: its epoch is fenced first,
          * so that it can never commit once the key runs again */
 
-        ngx_http_idempotency_fence(ctx, ngx_http_idempotency_fenced);
-        return NGX_AGAIN;
-    }
+        if (ilcf->fence) {
+            ngx_http_idempotency_fence(ctx, ngx_http_idempotency_fenced);
+            return NGX_AGAIN;
+        }
 
-    if (ctx->claim.take) {
-        return NGX_OK;
+        return ngx_http_idempotency_rerun(r, ctx);
     }
 
     if (!same) {
@@ -601,7 +652,8 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
         return NGX_OK;
     }
 
-    return ngx_http_idempotency_done_verdict(r, ctx, op, state, ttl_s);
+    return ngx_http_idempotency_done_verdict(r, ctx, op, state,
+                                             dead == 1, ttl_s);
 }
 
 
@@ -610,7 +662,7 @@ ngx_http_idempotency_verdict(ngx_http_request_t *r,
 static ngx_int_t
 ngx_http_idempotency_done_verdict(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op,
-    ngx_int_t state, ngx_int_t ttl_s)
+    ngx_int_t state, ngx_uint_t dead, ngx_int_t ttl_s)
 {
     switch (state) {
 
@@ -623,6 +675,12 @@ ngx_http_idempotency_done_verdict(ngx_http_request_t *r,
         return NGX_OK;
 
     case NGX_HTTP_IDEMPOTENCY_ROW_EXECUTED:
+
+        if (!dead) {
+            /* found executed while its owner's lease had ended: that
+             * owner, if alive, may still store its answer */
+            break;
+        }
 
         /* a fence found the backend's marker: its result is in the row */
 
@@ -637,12 +695,18 @@ ngx_http_idempotency_done_verdict(ngx_http_request_t *r,
          * Sent upstream, no complete response came back: it may have run,
          * so it never runs again as it is, and nothing is replayed.  With
          * a fence, the backend's marker decides: that epoch fenced, the
-         * key runs again; found executed, it never does.
+         * key runs again; found executed, the backend is asked for its
+         * answer.  A backend that deduplicates by itself is asked again.
          */
 
         if (ctx->conf->fence) {
             ngx_http_idempotency_fence(ctx, ngx_http_idempotency_fenced);
             return NGX_AGAIN;
+        }
+
+        if (ctx->conf->on_unknown == NGX_HTTP_IDEMPOTENCY_UNKNOWN_REDRIVE) {
+            ctx->claim.take = NGX_HTTP_IDEMPOTENCY_TAKE_REDRIVE;
+            return ngx_http_idempotency_rerun(r, ctx);
         }
 
         ngx_http_idempotency_refuse(r, ctx, NGX_HTTP_IDEMPOTENCY_P_UNKNOWN);
@@ -661,18 +725,48 @@ ngx_http_idempotency_done_verdict(ngx_http_request_t *r,
 
 
 /*
+ * An attempt that may have run and did not answer is followed by another
+ * (a takeover, a fenced epoch, a redrive) while the key's epoch is below
+ * idempotency_max_attempts: behind a backend that times out on every
+ * attempt, retries end on 504 attempts-exhausted instead of running the
+ * key again each time.
+ */
+
+static ngx_int_t
+ngx_http_idempotency_rerun(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx)
+{
+    if (ctx->epoch < ctx->conf->max_attempts) {
+        return NGX_OK;
+    }
+
+    ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                  "idempotency: key %V was attempted %ui times without an "
+                  "answer (idempotency_max_attempts): not again",
+                  &ctx->key_id, ctx->epoch);
+
+    ctx->claim.take = 0;
+    ngx_http_idempotency_refuse(r, ctx, NGX_HTTP_IDEMPOTENCY_P_EXHAUSTED);
+
+    return NGX_OK;
+}
+
+
+/*
  * What the fence of the epoch read found.  Fenced (by this request or
  * another nginx): nobody can commit that epoch, and the TAKE on it
- * decides which of those that fenced runs the key.  Executed: the key is
- * done for good.  Undecided (the backend's transaction holds its marker,
- * or the store failed): as without a fence, and the next retry tries
- * again.
+ * decides which of those that fenced runs the key.  Executed: the key
+ * ran; the backend is asked for its answer (a find), or the key is
+ * recorded as executed.  Undecided (the backend's transaction holds its
+ * marker, or the store failed): as without a fence, and the next retry
+ * tries again.
  */
 
 static void
 ngx_http_idempotency_fenced(ngx_http_idempotency_ctx_t *ctx,
     ngx_http_idempotency_fence_e rc)
 {
+    ngx_msec_t           live;
     ngx_http_request_t  *r;
 
     r = ctx->request;
@@ -685,19 +779,70 @@ ngx_http_idempotency_fenced(ngx_http_idempotency_ctx_t *ctx,
             ctx->claim.take = NGX_HTTP_IDEMPOTENCY_TAKE_FENCED;
         }
 
+        if (ctx->claim.take != NGX_HTTP_IDEMPOTENCY_TAKE_EXPIRED
+            && (ngx_http_idempotency_rerun(r, ctx) != NGX_OK
+                || ctx->claim.take == 0))
+        {
+            break;
+        }
+
         ngx_http_idempotency_claim_step(r, ctx, NGX_HTTP_IDEMPOTENCY_STMT_TAKE,
                                         1);
         return;
 
     case NGX_HTTP_IDEMPOTENCY_FENCE_EXECUTED:
+
+        if (ctx->claim.take == NGX_HTTP_IDEMPOTENCY_TAKE_EXPIRED
+            && ctx->claim.take_ttl <= 0
+            && ctx->claim.state != NGX_HTTP_IDEMPOTENCY_ROW_RELEASED)
+        {
+            /* it ran, and its retention has ended: a new operation */
+            ngx_http_idempotency_claim_step(r, ctx,
+                                            NGX_HTTP_IDEMPOTENCY_STMT_TAKE, 1);
+            return;
+        }
+
+        live = (ctx->claim.take == NGX_HTTP_IDEMPOTENCY_TAKE_LEASE)
+               ? ngx_max(2 * ctx->conf->lease,
+                         NGX_HTTP_IDEMPOTENCY_COMPLETE_TIME)
+               : 0;
+
         ctx->claim.take = 0;
+
+        if (!ctx->claim.same) {
+            /* a released key that ran, asked for by another request */
+            ngx_http_idempotency_refuse(r, ctx,
+                                        NGX_HTTP_IDEMPOTENCY_P_MISMATCH);
+            break;
+        }
+
+        if (ctx->conf->fence_find) {
+            ngx_http_idempotency_find(r, ctx);
+            return;
+        }
+
+        ngx_http_idempotency_fence_record(ctx, live);
+
+        if (live) {
+            /* its owner, if alive, may still store the answer */
+            ctx->claim.in_progress = 1;
+
+            if (ngx_http_idempotency_hold_or_conflict(r, ctx) == NGX_AGAIN) {
+                return;
+            }
+
+            break;
+        }
+
         ngx_http_idempotency_refuse(r, ctx, NGX_HTTP_IDEMPOTENCY_P_EXECUTED);
         break;
 
     default: /* NGX_HTTP_IDEMPOTENCY_FENCE_UNDECIDED */
 
-        if (ctx->claim.take == NGX_HTTP_IDEMPOTENCY_TAKE_LEASE) {
-
+        if (ctx->claim.take == NGX_HTTP_IDEMPOTENCY_TAKE_LEASE
+            || (ctx->claim.take == NGX_HTTP_IDEMPOTENCY_TAKE_EXPIRED
+                && ctx->claim.state == NGX_HTTP_IDEMPOTENCY_ROW_PROGRESS))
+        {
             /* the old owner's transaction is open: it is alive */
 
             ctx->claim.take = 0;
@@ -710,11 +855,134 @@ ngx_http_idempotency_fenced(ngx_http_idempotency_ctx_t *ctx,
             break;
         }
 
+        ctx->claim.take = 0;
         ngx_http_idempotency_refuse(r, ctx, NGX_HTTP_IDEMPOTENCY_P_UNKNOWN);
         break;
     }
 
     ngx_http_idempotency_resume(r);
+}
+
+
+/*
+ * Find: the epoch read ran, by its backend's marker, and its answer never
+ * reached the store.  The row becomes this request's at the same epoch
+ * and life, and the request is forwarded once more, marked
+ * (idempotency_attempt_header), so that the backend's marker insert
+ * collides with its own executed row and the backend answers from its
+ * records: that answer becomes the key's.
+ */
+
+static void
+ngx_http_idempotency_find(ngx_http_request_t *r,
+    ngx_http_idempotency_ctx_t *ctx)
+{
+    ngx_http_idempotency_op_t  *op;
+
+    op = NULL;
+
+    if (ngx_http_idempotency_token(ctx) == NGX_OK) {
+        op = ngx_http_idempotency_sql_find(ctx->shard, ngx_cycle->log,
+                                           ctx->key_hash, ctx->token,
+                                           ctx->epoch, ctx->conf->lease);
+    }
+
+    if (op == NULL) {
+        ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_ERROR,
+                                     NGX_HTTP_IDEMPOTENCY_ERROR);
+        ngx_http_idempotency_resume(r);
+        return;
+    }
+
+    op->handler = ngx_http_idempotency_find_done;
+    op->data = ctx;
+
+    ctx->claim.op = op;
+    ctx->claim.sent = ngx_current_msec;
+    ctx->state = NGX_HTTP_IDEMPOTENCY_S_STORE;
+
+    ngx_http_idempotency_op_run(op);
+}
+
+
+static void
+ngx_http_idempotency_find_done(ngx_http_idempotency_op_t *op)
+{
+    ngx_http_request_t          *r;
+    ngx_http_idempotency_ctx_t  *ctx;
+
+    ctx = op->data;
+    r = ctx->request;
+
+    ctx->claim.op = NULL;
+
+    if (op->rc != NGX_HTTP_IDEMPOTENCY_OP_OK) {
+        ngx_http_idempotency_claim_failed(r, ctx, op);
+        ngx_http_idempotency_resume(r);
+        return;
+    }
+
+    if (op->affected_rows == 0) {
+        /* the row changed since it was read (another find, a late
+         * completion): read it again */
+
+        if (ctx->claim.tries - ctx->claim.lost
+            < NGX_HTTP_IDEMPOTENCY_STEP_TRIES)
+        {
+            ngx_http_idempotency_claim_step(r, ctx,
+                                            NGX_HTTP_IDEMPOTENCY_STMT_READ, 1);
+            return;
+        }
+
+        ngx_http_idempotency_claim_failed(r, ctx, op);
+        ngx_http_idempotency_resume(r);
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_NOTICE, r->connection->log, 0,
+                  "idempotency: epoch %ui of key %V ran: its answer is "
+                  "asked of the backend (find)", ctx->epoch, &ctx->key_id);
+
+    ngx_http_idempotency_won(r, ctx, ctx->claim.take_ttl,
+                             NGX_HTTP_IDEMPOTENCY_FIND);
+    ngx_http_idempotency_resume(r);
+}
+
+
+/* the key's life, as its row says (a store whose keys are fenced) */
+
+static void
+ngx_http_idempotency_row_life(ngx_http_idempotency_ctx_t *ctx,
+    ngx_http_idempotency_op_t *op)
+{
+    ngx_str_t  *f;
+
+    ctx->has_life = 0;
+
+    if (!ctx->conf->store->life || op->nfields <= NGX_HTTP_IDEMPOTENCY_F_LIFE)
+    {
+        return;
+    }
+
+    f = &op->fields[NGX_HTTP_IDEMPOTENCY_F_LIFE];
+
+    if (f->data && f->len == NGX_HTTP_IDEMPOTENCY_TOKEN_LEN) {
+        ngx_memcpy(ctx->life, f->data, NGX_HTTP_IDEMPOTENCY_TOKEN_LEN);
+        ctx->has_life = 1;
+    }
+}
+
+
+/* an INSERT or a TAKE of a new operation: the life is this claim's */
+
+static void
+ngx_http_idempotency_new_life(ngx_http_idempotency_ctx_t *ctx)
+{
+    ctx->has_life = ctx->conf->store->life;
+
+    if (ctx->has_life) {
+        ngx_memcpy(ctx->life, ctx->token, NGX_HTTP_IDEMPOTENCY_TOKEN_LEN);
+    }
 }
 
 

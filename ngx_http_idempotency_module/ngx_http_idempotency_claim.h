@@ -30,9 +30,11 @@ typedef struct {
     ngx_uint_t                         lost;       /* of them: 1213 */
     ngx_uint_t                         take;       /* READ said: TAKE_* */
     time_t                             take_ttl;   /* retention it said */
+    ngx_uint_t                         state;      /* the row's, read */
 
     unsigned                           in_progress:1; /* seen so */
     unsigned                           exists:1;   /* its row seen */
+    unsigned                           same:1;     /* its fingerprint */
 } ngx_http_idempotency_claim_ctx_t;
 
 

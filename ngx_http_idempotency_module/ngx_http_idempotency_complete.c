@@ -33,9 +33,6 @@
 #include "ngx_http_idempotency_hold.h"
 
 
-/* completion writes are retried this long, at least twice the lease */
-#define NGX_HTTP_IDEMPOTENCY_COMPLETE_TIME   60000
-
 /* statements up to this size fit any server's max_allowed_packet as
  * configured in practice; above it the server's value is asked once */
 #define NGX_HTTP_IDEMPOTENCY_SAFE_PACKET     (1024 * 1024)
@@ -184,6 +181,20 @@ ngx_http_idempotency_complete(ngx_http_idempotency_ctx_t *ctx,
     if (ngx_http_idempotency_job_record(job) != NGX_OK) {
         ngx_http_idempotency_job_unstored(job, &no_memory);
         ngx_str_null(&job->record);
+    }
+
+    /* executed by its backend's marker, which found no answer: the row
+     * keeps the marker's reference to the result, as a fence records it
+     * (without memory for it, the state alone) */
+
+    if (state == NGX_HTTP_IDEMPOTENCY_ROW_EXECUTED && ctx->fence.result.len) {
+        job->record.data = ngx_pnalloc(pool, ctx->fence.result.len);
+
+        if (job->record.data) {
+            job->record.len = ctx->fence.result.len;
+            ngx_memcpy(job->record.data, ctx->fence.result.data,
+                       job->record.len);
+        }
     }
 
     /* the job owns the capture and the claim now */

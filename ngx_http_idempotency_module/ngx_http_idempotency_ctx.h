@@ -113,12 +113,14 @@ struct ngx_http_idempotency_ctx_s {
 
     unsigned                            owner:1;    /* holds the claim */
     unsigned                            has_token:1;
+    unsigned                            has_life:1; /* life is the key's */
     unsigned                            expired_key:1; /* issued, expired */
 
     u_char                key_hash[NGX_HTTP_IDEMPOTENCY_HASH_LEN];
     u_char                key_id_data[NGX_HTTP_IDEMPOTENCY_KEY_ID_LEN];
     u_char                fingerprint[NGX_HTTP_IDEMPOTENCY_HASH_LEN];
     u_char                token[NGX_HTTP_IDEMPOTENCY_TOKEN_LEN];
+    u_char                life[NGX_HTTP_IDEMPOTENCY_TOKEN_LEN];  /* fence.c */
 };
 
 

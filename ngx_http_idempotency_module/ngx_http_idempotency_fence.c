@@ -26,6 +26,8 @@
 #define NGX_HTTP_IDEMPOTENCY_RESULT_MAX  1024
 
 
+static void ngx_http_idempotency_fence_busy(ngx_http_idempotency_ctx_t *ctx,
+    ngx_http_idempotency_shard_t *shard, ngx_uint_t max);
 static void ngx_http_idempotency_fence_done(ngx_http_idempotency_op_t *op);
 static ngx_http_idempotency_fence_e ngx_http_idempotency_fence_verdict(
     ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op);
@@ -37,8 +39,9 @@ ngx_http_idempotency_fence_directive(ngx_conf_t *cf, ngx_command_t *cmd,
 {
     ngx_http_idempotency_loc_conf_t  *ilcf = conf;
 
-    u_char     *p;
-    ngx_str_t  *value, table;
+    u_char      *p;
+    ngx_str_t   *value, table;
+    ngx_uint_t   i;
 
     if (ilcf->fence != NGX_CONF_UNSET_PTR) {
         return "is duplicate";
@@ -48,6 +51,7 @@ ngx_http_idempotency_fence_directive(ngx_conf_t *cf, ngx_command_t *cmd,
 
     if (ngx_strcmp(value[1].data, "off") == 0) {
         if (cf->args->nelts > 2) {
+            i = 2;
             goto invalid;
         }
 
@@ -56,15 +60,23 @@ ngx_http_idempotency_fence_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     }
 
     ngx_str_set(&table, "idempotency_fence");
+    ilcf->fence_find = 1;
 
-    if (cf->args->nelts > 2) {
+    for (i = 2; i < cf->args->nelts; i++) {
 
-        if (ngx_strncmp(value[2].data, "table=", 6) != 0) {
+        if (ngx_strcmp(value[i].data, "find=on") == 0
+            || ngx_strcmp(value[i].data, "find=off") == 0)
+        {
+            ilcf->fence_find = (value[i].data[6] == 'n');
+            continue;
+        }
+
+        if (ngx_strncmp(value[i].data, "table=", 6) != 0) {
             goto invalid;
         }
 
-        table.data = value[2].data + 6;
-        table.len = value[2].len - 6;
+        table.data = value[i].data + 6;
+        table.len = value[i].len - 6;
 
         /* it goes into the statements' text: [A-Za-z0-9_], up to 64 */
 
@@ -95,9 +107,9 @@ invalid:
 
     ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                        "invalid parameter \"%V\" in \"%V\": expected a "
-                       "store's name and \"table=\" (letters, digits and "
-                       "\"_\", up to 64), or \"off\"",
-                       &value[cf->args->nelts - 1], &cmd->name);
+                       "store's name, \"table=\" (letters, digits and "
+                       "\"_\", up to 64) and \"find=on|off\", or \"off\"",
+                       &value[i], &cmd->name);
 
     return NGX_CONF_ERROR;
 }
@@ -107,41 +119,93 @@ void
 ngx_http_idempotency_fence(ngx_http_idempotency_ctx_t *ctx,
     ngx_http_idempotency_fence_pt next)
 {
-    ngx_msec_t                     timeout;
+    ngx_uint_t                     max;
     ngx_http_idempotency_op_t     *op;
+    ngx_http_idempotency_shard_t  *shard;
     ngx_http_idempotency_store_t  *store;
 
     store = ctx->conf->fence;
-
-    /*
-     * A backend's uncommitted marker holds its row lock: the INSERT waits
-     * for it at most half of query_timeout (whole seconds, 1 at least,
-     * InnoDB's unit), so that the server gives up the wait, rather than
-     * the module the op.
-     */
-
-    timeout = store->query_timeout / 2 / 1000;
-
-    op = ngx_http_idempotency_sql_fence(
-             ngx_http_idempotency_shard(store, ctx->key_hash),
-             ctx->request->connection->log, &ctx->conf->fence_table,
-             ctx->key_hash, ctx->epoch, ngx_max(timeout, 1));
+    shard = ngx_http_idempotency_shard(store, ctx->key_hash);
 
     ctx->fence.next = next;
-    ctx->fence.op = op;
+    ctx->fence.op = NULL;
+
+    /*
+     * Fences come in storms (every retry of a stuck key fences) and may
+     * each wait on a row lock: a quarter of the pool at most, so that the
+     * renewals and completions of other keys on the same store keep
+     * their connections.  A fence over the bound is undecided at once.
+     */
+
+    max = ngx_max(store->pool_size / 4, 1);
+
+    if (shard->fences >= max) {
+        ngx_http_idempotency_fence_busy(ctx, shard, max);
+        next(ctx, NGX_HTTP_IDEMPOTENCY_FENCE_UNDECIDED);
+        return;
+    }
+
+    op = NULL;
+
+    if (ngx_http_idempotency_marker_hash(ctx->key_hash,
+                                         ctx->has_life ? ctx->life : NULL,
+                                         ctx->fence.marker)
+        == NGX_OK)
+    {
+        /*
+         * A backend's uncommitted marker holds its row lock: the INSERT
+         * waits for it at most half of query_timeout (whole seconds,
+         * InnoDB's unit; 0: no wait at all), so that the server gives up
+         * the wait, rather than the module the op
+         */
+
+        op = ngx_http_idempotency_sql_fence(shard,
+                                       ctx->request->connection->log,
+                                       &ctx->conf->fence_table,
+                                       ctx->fence.marker, ctx->epoch,
+                                       store->query_timeout / 2 / 1000);
+    }
 
     if (op == NULL) {
         next(ctx, NGX_HTTP_IDEMPOTENCY_FENCE_UNDECIDED);
         return;
     }
 
+    ctx->fence.op = op;
+    shard->fences++;
+
     op->handler = ngx_http_idempotency_fence_done;
     op->data = ctx;
-    op->urgent = 1;
 
     ctx->state = NGX_HTTP_IDEMPOTENCY_S_STORE;
 
     ngx_http_idempotency_op_run(op);
+}
+
+
+/* one line a second per worker, with the count of those not logged */
+
+static void
+ngx_http_idempotency_fence_busy(ngx_http_idempotency_ctx_t *ctx,
+    ngx_http_idempotency_shard_t *shard, ngx_uint_t max)
+{
+    static time_t      logged;
+    static ngx_uint_t  quiet;
+
+    if (logged == ngx_time()) {
+        quiet++;
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_WARN, ctx->request->connection->log, 0,
+                  "idempotency fence \"%V\" mysql=%V: %ui fences in flight "
+                  "(a quarter of pool=): epoch %ui of key %V is left "
+                  "undecided, and %ui more since the last such line",
+                  &ctx->conf->fence->name, &shard->name, max, ctx->epoch,
+                  &ctx->key_id, quiet);
+
+    logged = ngx_time();
+    quiet = 0;
 }
 
 
@@ -153,6 +217,7 @@ ngx_http_idempotency_fence_done(ngx_http_idempotency_op_t *op)
 
     ctx = op->data;
     ctx->fence.op = NULL;
+    op->shard->fences--;
 
     rc = ngx_http_idempotency_fence_verdict(ctx, op);
 
@@ -213,10 +278,25 @@ ngx_http_idempotency_fence_verdict(ngx_http_idempotency_ctx_t *ctx,
             return NGX_HTTP_IDEMPOTENCY_FENCE_UNDECIDED;
         }
 
-        ngx_http_idempotency_fence_record(ctx,
-                                  &f[NGX_HTTP_IDEMPOTENCY_FENCE_F_RESULT]);
+        /* what the claim does with it (find, or record it) is its own */
 
         return NGX_HTTP_IDEMPOTENCY_FENCE_EXECUTED;
+    }
+
+    if (state != NGX_HTTP_IDEMPOTENCY_MARK_FENCED) {
+
+        /* not a state of either writer's: never read as "fenced", which
+         * would let the key run again */
+
+        ngx_log_error(NGX_LOG_ERR, log, 0,
+                      "idempotency fence \"%V\" table %V: the marker of "
+                      "epoch %ui of key %V has state \"%V\", neither 1 "
+                      "(executed) nor 2 (fenced): undecided, the key is "
+                      "not run again", &store->name, &ctx->conf->fence_table,
+                      ctx->epoch, &ctx->key_id,
+                      &f[NGX_HTTP_IDEMPOTENCY_FENCE_F_STATE]);
+
+        return NGX_HTTP_IDEMPOTENCY_FENCE_UNDECIDED;
     }
 
     ngx_log_error(NGX_LOG_NOTICE, log, 0,
@@ -236,6 +316,7 @@ ngx_http_idempotency_fence_result(ngx_http_idempotency_ctx_t *ctx,
     size_t    len;
 
     ngx_str_null(&ctx->fence.members);
+    ngx_str_null(&ctx->fence.result);
 
     if (result->data == NULL || result->len == 0) {
         return NGX_OK;
@@ -244,11 +325,18 @@ ngx_http_idempotency_fence_result(ngx_http_idempotency_ctx_t *ctx,
     len = ngx_min(result->len, NGX_HTTP_IDEMPOTENCY_RESULT_MAX);
 
     p = ngx_pnalloc(ctx->request->pool,
-                    sizeof("\"result\":\"\"") + len
+                    len + sizeof("\"result\":\"\"") + len
                     + ngx_escape_json(NULL, result->data, len));
     if (p == NULL) {
         return NGX_ERROR;
     }
+
+    /* the reference as it is, for the row (fence_record()), then the
+     * problem's member */
+
+    ctx->fence.result.data = p;
+    ctx->fence.result.len = len;
+    p = ngx_cpymem(p, result->data, len);
 
     ctx->fence.members.data = p;
 
@@ -264,18 +352,13 @@ ngx_http_idempotency_fence_result(ngx_http_idempotency_ctx_t *ctx,
 
 void
 ngx_http_idempotency_fence_record(ngx_http_idempotency_ctx_t *ctx,
-    ngx_str_t *result)
+    ngx_msec_t live)
 {
-    ngx_str_t                   ref;
     ngx_http_idempotency_op_t  *op;
 
-    ref.data = result->data;
-    ref.len = result->data ? ngx_min(result->len,
-                                     NGX_HTTP_IDEMPOTENCY_RESULT_MAX)
-                           : 0;
-
     op = ngx_http_idempotency_sql_executed(ctx->shard, ngx_cycle->log,
-                                           ctx->key_hash, ctx->epoch, &ref);
+                                           ctx->key_hash, ctx->epoch,
+                                           &ctx->fence.result, live);
     if (op == NULL) {
         return;
     }

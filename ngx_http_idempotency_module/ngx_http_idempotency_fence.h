@@ -47,7 +47,9 @@ typedef void (*ngx_http_idempotency_fence_pt)(
 typedef struct {
     ngx_http_idempotency_op_t         *op;        /* in flight */
     ngx_http_idempotency_fence_pt      next;
+    ngx_str_t                          result;    /* the backend's */
     ngx_str_t                          members;   /* "result":"..." */
+    u_char              marker[NGX_HTTP_IDEMPOTENCY_HASH_LEN];
 } ngx_http_idempotency_fence_ctx_t;
 
 
@@ -68,14 +70,15 @@ void ngx_http_idempotency_fence(ngx_http_idempotency_ctx_t *ctx,
 
 /*
  * The key ran (its row says so, or its marker did): the backend's result
- * reference, as the problem's members (ctx->fence.members); and the row
- * recorded so, on the claim's shard (no answer awaited: the marker is
- * the truth, the row saves the next retry a fence)
+ * reference, kept (ctx->fence.result) and as the problem's members
+ * (ctx->fence.members); and the row recorded so, on the claim's shard
+ * (no answer awaited: the marker is the truth, the row saves the next
+ * retry a fence), answered as in progress for live ms more
  */
 ngx_int_t ngx_http_idempotency_fence_result(ngx_http_idempotency_ctx_t *ctx,
     ngx_str_t *result);
 void ngx_http_idempotency_fence_record(ngx_http_idempotency_ctx_t *ctx,
-    ngx_str_t *result);
+    ngx_msec_t live);
 
 /* the request ends: a fence in flight commits or not without it */
 void ngx_http_idempotency_fence_cleanup(ngx_http_idempotency_ctx_t *ctx);

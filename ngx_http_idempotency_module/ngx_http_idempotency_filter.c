@@ -88,6 +88,8 @@ static void ngx_http_idempotency_committed(ngx_http_idempotency_ctx_t *ctx);
 static void ngx_http_idempotency_send_deferred(
     ngx_http_idempotency_ctx_t *ctx);
 static void ngx_http_idempotency_send_deferred_handler(ngx_event_t *ev);
+static void ngx_http_idempotency_not_kept(ngx_http_idempotency_ctx_t *ctx,
+    ngx_uint_t status);
 static void ngx_http_idempotency_client_gone(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx, ngx_chain_t *in);
 static void ngx_http_idempotency_consume(ngx_chain_t *in);
@@ -175,7 +177,7 @@ ngx_http_idempotency_header_filter(ngx_http_request_t *r)
      */
 
     if (!ngx_http_idempotency_kept(ctx->conf, status)) {
-        ngx_http_idempotency_release(ctx, "response not kept");
+        ngx_http_idempotency_not_kept(ctx, status);
         return ngx_http_next_header_filter(r);
     }
 
@@ -391,13 +393,17 @@ ngx_http_idempotency_header_only(ngx_http_request_t *r)
 }
 
 
-/* a response whose header is all of it: no body, or Content-Length 0 */
+/*
+ * A response whose header is all of it: no body, or Content-Length 0;
+ * not a gRPC answer whose status (in its trailers) is still to come
+ */
 
 static ngx_uint_t
 ngx_http_idempotency_header_ends(ngx_http_request_t *r)
 {
     return ngx_http_idempotency_header_only(r)
-           || r->headers_out.content_length_n == 0;
+           || (r->headers_out.content_length_n == 0
+               && !ngx_http_idempotency_grpc_trailers_follow(r));
 }
 
 
@@ -413,7 +419,7 @@ ngx_http_idempotency_replaced(ngx_http_idempotency_ctx_t *ctx,
     ngx_uint_t status)
 {
     if (!ngx_http_idempotency_kept(ctx->conf, status)) {
-        ngx_http_idempotency_release(ctx, "response not kept");
+        ngx_http_idempotency_not_kept(ctx, status);
         return;
     }
 
@@ -425,6 +431,40 @@ ngx_http_idempotency_replaced(ngx_http_idempotency_ctx_t *ctx,
     ctx->capture.status = status;
 
     if (ngx_http_idempotency_complete(ctx, NGX_HTTP_IDEMPOTENCY_ROW_UNSTORED,
+                                      ngx_http_idempotency_committed)
+        == NGX_OK
+        && !ctx->request->connection->error)
+    {
+        ngx_http_idempotency_defer_start(ctx);
+    }
+}
+
+
+/*
+ * An answer that is not the operation's result: the key is given back,
+ * so that a retry runs it.  But a find's (its epoch ran, by the backend's
+ * marker) says the backend cannot give the answer (a 404, a 410, or any
+ * status not kept): the key is recorded as executed, and retries get 410
+ * outcome-executed, never a find again, nor a run.
+ */
+
+static void
+ngx_http_idempotency_not_kept(ngx_http_idempotency_ctx_t *ctx,
+    ngx_uint_t status)
+{
+    if (ctx->status != NGX_HTTP_IDEMPOTENCY_FIND) {
+        ngx_http_idempotency_release(ctx, "response not kept");
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_WARN, ctx->request->connection->log, 0,
+                  "idempotency: the backend answered the find of key %V, "
+                  "whose epoch %ui ran, with %ui: recorded as executed, "
+                  "its answer not found", &ctx->key_id, ctx->epoch, status);
+
+    ctx->capture.status = status;
+
+    if (ngx_http_idempotency_complete(ctx, NGX_HTTP_IDEMPOTENCY_ROW_EXECUTED,
                                       ngx_http_idempotency_committed)
         == NGX_OK
         && !ctx->request->connection->error)

@@ -76,6 +76,8 @@ NGX_HTTP_IDEMPOTENCY_TABLE_CHECK(ngx_http_idempotency_grpc_codes,
 
 
 static ngx_uint_t ngx_http_idempotency_grpc_type(ngx_str_t *type);
+static ngx_table_elt_t *ngx_http_idempotency_grpc_status(
+    ngx_list_part_t *part);
 
 
 ngx_uint_t
@@ -128,40 +130,78 @@ ngx_uint_t
 ngx_http_idempotency_grpc_outcome(ngx_http_request_t *r, ngx_uint_t trailers)
 {
     ngx_int_t         code;
-    ngx_uint_t        i;
-    ngx_list_part_t  *part;
     ngx_table_elt_t  *h;
 
     if (!ngx_http_idempotency_grpc_type(&r->headers_out.content_type)) {
         return NGX_HTTP_IDEMPOTENCY_ANSWERED;
     }
 
-    part = trailers ? &r->headers_out.trailers.part
-                    : &r->headers_out.headers.part;
+    h = trailers ? ngx_http_idempotency_grpc_status(
+                                         &r->headers_out.trailers.part)
+                 : NULL;
+
+    if (h == NULL) {
+        h = ngx_http_idempotency_grpc_status(&r->headers_out.headers.part);
+
+        if (h == NULL) {
+            /* no status yet, or (at the end of what grpc_pass passed)
+             * none at all: a call whose server never said how it ended
+             * may have run, and its answer is not whole */
+            return (trailers && r->upstream
+                    && r->upstream->conf->pass_trailers)
+                   ? NGX_HTTP_IDEMPOTENCY_UNSURE
+                   : NGX_HTTP_IDEMPOTENCY_ANSWERED;
+        }
+
+        if (trailers) {
+            /* trailers-only: decided by its header */
+            return NGX_HTTP_IDEMPOTENCY_ANSWERED;
+        }
+    }
+
+    code = ngx_atoi(h->value.data, h->value.len);
+
+    /* a status gRPC does not define is the server's answer */
+
+    if (code < 0 || code >= NGX_HTTP_IDEMPOTENCY_NGRPC_CODES) {
+        return NGX_HTTP_IDEMPOTENCY_ANSWERED;
+    }
+
+    return trailers ? ngx_http_idempotency_grpc_codes[code].trailer
+                    : ngx_http_idempotency_grpc_codes[code].first;
+}
+
+
+ngx_uint_t
+ngx_http_idempotency_grpc_trailers_follow(ngx_http_request_t *r)
+{
+    return ngx_http_idempotency_grpc_type(&r->headers_out.content_type)
+           && ngx_http_idempotency_grpc_status(&r->headers_out.headers.part)
+              == NULL;
+}
+
+
+/* the grpc-status field of a header or trailer list, or NULL */
+
+static ngx_table_elt_t *
+ngx_http_idempotency_grpc_status(ngx_list_part_t *part)
+{
+    ngx_uint_t        i;
+    ngx_table_elt_t  *h;
+
     i = 0;
 
     while ((h = ngx_http_idempotency_next_header(&part, &i)) != NULL) {
-        if (h->hash == 0
-            || h->key.len != sizeof("grpc-status") - 1
-            || ngx_strncasecmp(h->key.data, (u_char *) "grpc-status",
-                               h->key.len) != 0)
+        if (h->hash != 0
+            && h->key.len == sizeof("grpc-status") - 1
+            && ngx_strncasecmp(h->key.data, (u_char *) "grpc-status",
+                               h->key.len) == 0)
         {
-            continue;
+            return h;
         }
-
-        code = ngx_atoi(h->value.data, h->value.len);
-
-        /* a status gRPC does not define is the server's answer */
-
-        if (code < 0 || code >= NGX_HTTP_IDEMPOTENCY_NGRPC_CODES) {
-            return NGX_HTTP_IDEMPOTENCY_ANSWERED;
-        }
-
-        return trailers ? ngx_http_idempotency_grpc_codes[code].trailer
-                        : ngx_http_idempotency_grpc_codes[code].first;
     }
 
-    return NGX_HTTP_IDEMPOTENCY_ANSWERED;
+    return NULL;
 }
 
 

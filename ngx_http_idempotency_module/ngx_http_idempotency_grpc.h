@@ -56,10 +56,15 @@ ngx_uint_t ngx_http_idempotency_grpc_request(ngx_http_request_t *r);
  * gRPC response), _NOT_SENT (a trailers-only status that says the call
  * never ran) or _UNSURE (the call was given up on, its outcome unknown).
  * trailers 0: the status in the response's header (trailers-only), if
- * any; 1: the status in its trailers.
+ * any; 1: the status in its trailers, or its header's: a gRPC response
+ * with neither is cut (UNSURE), never an answer without its status.
  */
 ngx_uint_t ngx_http_idempotency_grpc_outcome(ngx_http_request_t *r,
     ngx_uint_t trailers);
+
+/* 1: r's response is gRPC and its header has no status: trailers follow,
+ * whatever its Content-Length says of the body */
+ngx_uint_t ngx_http_idempotency_grpc_trailers_follow(ngx_http_request_t *r);
 
 /* text as a grpc-message value: percent-encoded, in pool */
 ngx_int_t ngx_http_idempotency_grpc_message(ngx_pool_t *pool,

@@ -45,6 +45,10 @@ static ngx_int_t ngx_http_idempotency_replay(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx);
 static ngx_int_t ngx_http_idempotency_epoch_header(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx);
+static ngx_int_t ngx_http_idempotency_request_header(ngx_http_request_t *r,
+    ngx_str_t *name, ngx_str_t *value);
+static ngx_int_t ngx_http_idempotency_strip_headers(ngx_http_request_t *r,
+    ngx_http_idempotency_loc_conf_t *ilcf);
 static ngx_int_t ngx_http_idempotency_strip_header(ngx_http_request_t *r,
     ngx_str_t *name);
 static ngx_int_t ngx_http_idempotency_list_delete(ngx_pool_t *pool,
@@ -87,6 +91,21 @@ ngx_http_idempotency_handler(ngx_http_request_t *r)
                 ngx_http_idempotency_filter_guard(r, ctx);
             }
 
+            /* a request that holds no claim (it was not protected where
+             * it came from) never brings its client's headers here */
+
+            if (r->internal && ctx->status != NGX_HTTP_IDEMPOTENCY_NEW
+                && ctx->status != NGX_HTTP_IDEMPOTENCY_TAKEOVER
+                && ctx->status != NGX_HTTP_IDEMPOTENCY_FIND
+                && ctx->status != NGX_HTTP_IDEMPOTENCY_REDRIVE
+                && ngx_http_idempotency_strip_headers(r,
+                       ngx_http_get_module_loc_conf(r,
+                                               ngx_http_idempotency_module))
+                   != NGX_OK)
+            {
+                return NGX_HTTP_INTERNAL_SERVER_ERROR;
+            }
+
             return NGX_DECLINED;
 
         default:
@@ -97,13 +116,7 @@ ngx_http_idempotency_handler(ngx_http_request_t *r)
 
     ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idempotency_module);
 
-    /* whatever becomes of the request, the upstream never gets a
-     * client's epoch header: only an owner's, which the module sets */
-
-    if (ilcf->epoch_header.len
-        && ngx_http_idempotency_strip_header(r, &ilcf->epoch_header)
-           != NGX_OK)
-    {
+    if (ngx_http_idempotency_strip_headers(r, ilcf) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
@@ -458,46 +471,107 @@ ngx_http_idempotency_replay(ngx_http_request_t *r,
 
 
 /*
- * "idempotency_epoch_header": the upstream learns the claim's epoch (1,
- * one more per takeover), so that it can refuse a stale executor.  A
- * header of that name that the client sent was removed by the handler.
+ * What the upstream learns of the claim, in request headers of the
+ * names configured (a client's headers of those names were removed by
+ * the handler): "idempotency_epoch_header", the claim's epoch (1, one
+ * more per takeover), so that it can refuse a stale executor; and
+ * "idempotency_attempt_header", "find" or "redrive" when the request is
+ * forwarded to ask for the answer of an attempt that may have run.
  */
 
 static ngx_int_t
 ngx_http_idempotency_epoch_header(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx)
 {
-    u_char           *p;
-    ngx_str_t        *name;
-    ngx_table_elt_t  *h;
+    u_char     *p;
+    ngx_str_t   value;
 
-    name = &ctx->conf->epoch_header;
+    static ngx_str_t  find = ngx_string("find");
+    static ngx_str_t  redrive = ngx_string("redrive");
 
-    if (name->len == 0) {
+    if (ctx->conf->epoch_header.len) {
+        p = ngx_pnalloc(r->pool, NGX_INT_T_LEN);
+        if (p == NULL) {
+            return NGX_ERROR;
+        }
+
+        value.data = p;
+        value.len = ngx_sprintf(p, "%ui", ctx->epoch) - p;
+
+        if (ngx_http_idempotency_request_header(r, &ctx->conf->epoch_header,
+                                                &value)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    if (ctx->conf->attempt_header.len == 0
+        || (ctx->status != NGX_HTTP_IDEMPOTENCY_FIND
+            && ctx->status != NGX_HTTP_IDEMPOTENCY_REDRIVE))
+    {
         return NGX_OK;
     }
 
-    p = ngx_pnalloc(r->pool, NGX_INT_T_LEN + name->len);
-    if (p == NULL) {
-        return NGX_ERROR;
-    }
+    return ngx_http_idempotency_request_header(r, &ctx->conf->attempt_header,
+               ctx->status == NGX_HTTP_IDEMPOTENCY_FIND ? &find : &redrive);
+}
+
+
+static ngx_int_t
+ngx_http_idempotency_request_header(ngx_http_request_t *r, ngx_str_t *name,
+    ngx_str_t *value)
+{
+    ngx_table_elt_t  *h;
 
     h = ngx_list_push(&r->headers_in.headers);
     if (h == NULL) {
         return NGX_ERROR;
     }
 
+    h->lowcase_key = ngx_pnalloc(r->pool, name->len);
+    if (h->lowcase_key == NULL) {
+        return NGX_ERROR;
+    }
+
     h->key = *name;
-    h->value.data = p;
-    h->value.len = ngx_sprintf(p, "%ui", ctx->epoch) - p;
+    h->value = *value;
     h->hash = ngx_hash_key_lc(name->data, name->len);
-    h->lowcase_key = p + NGX_INT_T_LEN;
 
     ngx_strlow(h->lowcase_key, name->data, name->len);
 
 #if (nginx_version >= 1023000)
     h->next = NULL;
 #endif
+
+    return NGX_OK;
+}
+
+
+/*
+ * Whatever becomes of the request, the upstream never gets a client's
+ * epoch or attempt header: only an owner's, which the module sets.
+ */
+
+static ngx_int_t
+ngx_http_idempotency_strip_headers(ngx_http_request_t *r,
+    ngx_http_idempotency_loc_conf_t *ilcf)
+{
+    if (ilcf->epoch_header.len
+        && ngx_http_idempotency_strip_header(r, &ilcf->epoch_header)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    if (ilcf->attempt_header.len
+        && (ilcf->fence
+            || ilcf->on_unknown == NGX_HTTP_IDEMPOTENCY_UNKNOWN_REDRIVE)
+        && ngx_http_idempotency_strip_header(r, &ilcf->attempt_header)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
 
     return NGX_OK;
 }

@@ -219,6 +219,33 @@ ngx_http_idempotency_key_hash(ngx_str_t *scope, ngx_str_t *key, u_char *out)
 
 
 ngx_int_t
+ngx_http_idempotency_marker_hash(u_char *key_hash, u_char *life, u_char *out)
+{
+    EVP_MD_CTX  *md;
+
+    if (life == NULL) {
+        ngx_memcpy(out, key_hash, NGX_HTTP_IDEMPOTENCY_HASH_LEN);
+        return NGX_OK;
+    }
+
+    md = ngx_http_idempotency_sha256();
+    if (md == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (EVP_DigestUpdate(md, "idempotency-marker/1", 20) == 1
+        && EVP_DigestUpdate(md, key_hash, NGX_HTTP_IDEMPOTENCY_HASH_LEN) == 1
+        && EVP_DigestUpdate(md, life, NGX_HTTP_IDEMPOTENCY_TOKEN_LEN) == 1
+        && EVP_DigestFinal_ex(md, out, NULL) == 1)
+    {
+        return NGX_OK;
+    }
+
+    return NGX_ERROR;
+}
+
+
+ngx_int_t
 ngx_http_idempotency_fingerprint(ngx_http_request_t *r,
     ngx_http_idempotency_fp_t *fp, u_char *out)
 {

@@ -37,6 +37,15 @@ ngx_int_t ngx_http_idempotency_key_hash(ngx_str_t *scope, ngx_str_t *key,
     u_char *out);
 
 /*
+ * The name of a key's life in a fence's marker table: SHA-256 of the key
+ * hash and the life (the token of the life's first claim); a key without
+ * one (claimed before lives, or in a store whose keys are not fenced) is
+ * named by its key hash, as markers were before.
+ */
+ngx_int_t ngx_http_idempotency_marker_hash(u_char *key_hash, u_char *life,
+    u_char *out);
+
+/*
  * A fingerprint in progress: a body in a temp file is hashed in slices
  * of ngx_http_idempotency_hash_slice bytes, one per call, so that a large
  * body never stalls the worker; it has its own SHA-256 context (freed

@@ -101,10 +101,15 @@ static ngx_conf_num_bounds_t  ngx_http_idempotency_max_held_bounds = {
     ngx_conf_check_num_bounds, 0, 1000000
 };
 
+static ngx_conf_num_bounds_t  ngx_http_idempotency_max_attempts_bounds = {
+    ngx_conf_check_num_bounds, 1, 1000000
+};
+
 
 static ngx_conf_enum_t  ngx_http_idempotency_unknown[] = {
     { ngx_string("keep"), NGX_HTTP_IDEMPOTENCY_UNKNOWN_KEEP },
     { ngx_string("release"), NGX_HTTP_IDEMPOTENCY_UNKNOWN_RELEASE },
+    { ngx_string("redrive"), NGX_HTTP_IDEMPOTENCY_UNKNOWN_REDRIVE },
     { ngx_null_string, 0 }
 };
 
@@ -237,8 +242,22 @@ static ngx_command_t  ngx_http_idempotency_commands[] = {
       offsetof(ngx_http_idempotency_loc_conf_t, epoch_header),
       NULL },
 
+    { ngx_string("idempotency_attempt_header"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_idempotency_set_header,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idempotency_loc_conf_t, attempt_header),
+      NULL },
+
+    { ngx_string("idempotency_max_attempts"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idempotency_loc_conf_t, max_attempts),
+      &ngx_http_idempotency_max_attempts_bounds },
+
     { ngx_string("idempotency_fence"),
-      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE12,
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE123,
       ngx_http_idempotency_fence_directive,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
@@ -333,7 +352,10 @@ ngx_str_t  ngx_http_idempotency_status_names[] = {
     [NGX_HTTP_IDEMPOTENCY_ERROR] = ngx_string("error"),
     [NGX_HTTP_IDEMPOTENCY_UNSTORED] = ngx_string("unstored"),
     [NGX_HTTP_IDEMPOTENCY_NOSCOPE] = ngx_string("noscope"),
-    [NGX_HTTP_IDEMPOTENCY_UNKNOWN] = ngx_string("unknown")
+    [NGX_HTTP_IDEMPOTENCY_UNKNOWN] = ngx_string("unknown"),
+    [NGX_HTTP_IDEMPOTENCY_FIND] = ngx_string("find"),
+    [NGX_HTTP_IDEMPOTENCY_REDRIVE] = ngx_string("redrive"),
+    [NGX_HTTP_IDEMPOTENCY_EXHAUSTED] = ngx_string("exhausted")
 };
 
 NGX_HTTP_IDEMPOTENCY_TABLE_CHECK(ngx_http_idempotency_status_names,
@@ -375,6 +397,10 @@ static ngx_http_variable_t  ngx_http_idempotency_vars[] = {
 
     { ngx_string("idempotency_epoch"), NULL,
       ngx_http_idempotency_epoch_variable, 0,
+      NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("idempotency_marker"), NULL,
+      ngx_http_idempotency_epoch_variable, 2,
       NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
       ngx_http_null_variable
@@ -753,14 +779,12 @@ ngx_http_idempotency_set_header(ngx_conf_t *cf, ngx_command_t *cmd,
 
     value = cf->args->elts;
 
-    if (cmd->offset == offsetof(ngx_http_idempotency_loc_conf_t,
-                                epoch_header)
+    if (cmd->offset != offsetof(ngx_http_idempotency_loc_conf_t, header)
         && ngx_strcmp(value[1].data, "off") == 0)
     {
         /* set, and empty: a location below turns off what one above
-         * set */
-        ngx_str_set(&((ngx_http_idempotency_loc_conf_t *) conf)
-                         ->epoch_header, "");
+         * set (or the default) */
+        ngx_str_set((ngx_str_t *) ((u_char *) conf + cmd->offset), "");
         return NGX_CONF_OK;
     }
 
@@ -905,7 +929,9 @@ ngx_http_idempotency_claimed(ngx_http_request_t *r)
     if (ctx == NULL || ctx->epoch == 0
         || ctx->outcome != NGX_HTTP_IDEMPOTENCY_OUT_FORWARD
         || (ctx->status != NGX_HTTP_IDEMPOTENCY_NEW
-            && ctx->status != NGX_HTTP_IDEMPOTENCY_TAKEOVER))
+            && ctx->status != NGX_HTTP_IDEMPOTENCY_TAKEOVER
+            && ctx->status != NGX_HTTP_IDEMPOTENCY_FIND
+            && ctx->status != NGX_HTTP_IDEMPOTENCY_REDRIVE))
     {
         return NULL;
     }
@@ -915,8 +941,9 @@ ngx_http_idempotency_claimed(ngx_http_request_t *r)
 
 
 /*
- * The claim's epoch, or (data 1) the key's row in the store as 64 hex
- * digits: with the epoch, what a backend's fence marker names (fence.c)
+ * The claim's epoch; (data 1) the key's row in the store as 64 hex
+ * digits; (data 2) with the epoch, what the backend's fence marker names:
+ * the key's life (fence.c)
  */
 
 static ngx_int_t
@@ -924,6 +951,7 @@ ngx_http_idempotency_epoch_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data)
 {
     u_char                      *p;
+    u_char                       marker[NGX_HTTP_IDEMPOTENCY_HASH_LEN];
     ngx_http_idempotency_ctx_t  *ctx;
 
     ctx = ngx_http_idempotency_claimed(r);
@@ -939,7 +967,16 @@ ngx_http_idempotency_epoch_variable(ngx_http_request_t *r,
         return NGX_ERROR;
     }
 
-    v->len = (data ? ngx_hex_dump(p, ctx->key_hash,
+    if (data == 2
+        && ngx_http_idempotency_marker_hash(ctx->key_hash,
+                                            ctx->has_life ? ctx->life : NULL,
+                                            marker)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    v->len = (data ? ngx_hex_dump(p, data == 2 ? marker : ctx->key_hash,
                                   NGX_HTTP_IDEMPOTENCY_HASH_LEN)
                    : ngx_sprintf(p, "%ui", ctx->epoch))
              - p;
@@ -1033,7 +1070,9 @@ ngx_http_idempotency_create_loc_conf(ngx_conf_t *cf)
     conf->on_store_error = NGX_CONF_UNSET_UINT;
     conf->on_unknown = NGX_CONF_UNSET_UINT;
     conf->skip_headers = NGX_CONF_UNSET_PTR;
+    conf->max_attempts = NGX_CONF_UNSET_UINT;
     conf->fence = NGX_CONF_UNSET_PTR;
+    conf->fence_find = NGX_CONF_UNSET;
     conf->keys = NGX_CONF_UNSET_UINT;
     conf->issuer_ttl = NGX_CONF_UNSET;
 
@@ -1083,13 +1122,18 @@ ngx_http_idempotency_merge_loc_conf(ngx_conf_t *cf, void *parent,
     ngx_conf_merge_uint_value(conf->on_unknown, prev->on_unknown,
                               NGX_HTTP_IDEMPOTENCY_UNKNOWN_KEEP);
     ngx_conf_merge_str_value(conf->epoch_header, prev->epoch_header, "");
+    ngx_conf_merge_str_value(conf->attempt_header, prev->attempt_header,
+                             "Idempotency-Attempt");
+    ngx_conf_merge_uint_value(conf->max_attempts, prev->max_attempts, 10);
     ngx_conf_merge_ptr_value(conf->skip_headers, prev->skip_headers, NULL);
 
     if (conf->fence == NGX_CONF_UNSET_PTR) {
         conf->fence_table = prev->fence_table;
+        conf->fence_find = prev->fence_find;
     }
 
     ngx_conf_merge_ptr_value(conf->fence, prev->fence, NULL);
+    ngx_conf_merge_value(conf->fence_find, prev->fence_find, 1);
     ngx_conf_merge_uint_value(conf->keys, prev->keys,
                               NGX_HTTP_IDEMPOTENCY_KEYS_ANY);
 
@@ -1113,8 +1157,13 @@ ngx_http_idempotency_merge_loc_conf(ngx_conf_t *cf, void *parent,
         return NGX_CONF_OK;
     }
 
-    if (conf->fence && ngx_http_idempotency_check_fence(cf, conf) != NGX_OK) {
-        return NGX_CONF_ERROR;
+    if (conf->fence) {
+        if (ngx_http_idempotency_check_fence(cf, conf) != NGX_OK) {
+            return NGX_CONF_ERROR;
+        }
+
+        /* its keys name their lives in the markers (sql.c, fence.c) */
+        conf->store->life = 1;
     }
 
     if ((ngx_msec_t) conf->ttl * 1000 <= conf->lease) {
@@ -1163,6 +1212,15 @@ ngx_http_idempotency_check_fence(ngx_conf_t *cf,
                                "stored as the key's answer", s);
             return NGX_ERROR;
         }
+    }
+
+    if (conf->on_unknown == NGX_HTTP_IDEMPOTENCY_UNKNOWN_REDRIVE) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"idempotency_on_unknown_outcome redrive\" is "
+                           "for a backend that deduplicates by itself, not "
+                           "with \"idempotency_fence\": the marker decides "
+                           "(and finds the answer)");
+        return NGX_ERROR;
     }
 
     if (conf->on_unknown == NGX_HTTP_IDEMPOTENCY_UNKNOWN_RELEASE) {

@@ -23,6 +23,10 @@
 #define NGX_HTTP_IDEMPOTENCY_TOKEN_LEN    16
 #define NGX_HTTP_IDEMPOTENCY_KEY_MAX      255
 
+/* completion writes are retried this long, at least twice the lease
+ * (complete.c): how long an owner's answer may still come */
+#define NGX_HTTP_IDEMPOTENCY_COMPLETE_TIME   60000
+
 /*
  * The build fails unless table has an entry for each of the n values of
  * the closed list that indexes it: an array of negative size (nginx
@@ -46,6 +50,11 @@ typedef enum {
     NGX_HTTP_IDEMPOTENCY_UNSTORED,
     NGX_HTTP_IDEMPOTENCY_NOSCOPE,
     NGX_HTTP_IDEMPOTENCY_UNKNOWN,
+    NGX_HTTP_IDEMPOTENCY_FIND,          /* forwarded: the backend's answer
+                                           of an epoch that ran (fence.c) */
+    NGX_HTTP_IDEMPOTENCY_REDRIVE,       /* forwarded again after an unknown
+                                           outcome, for the backend to say */
+    NGX_HTTP_IDEMPOTENCY_EXHAUSTED,
 
     NGX_HTTP_IDEMPOTENCY_NSTATUSES      /* how many: no status */
 } ngx_http_idempotency_status_e;
@@ -88,6 +97,7 @@ typedef enum {
 /* idempotency_on_unknown_outcome */
 #define NGX_HTTP_IDEMPOTENCY_UNKNOWN_KEEP     0
 #define NGX_HTTP_IDEMPOTENCY_UNKNOWN_RELEASE  1
+#define NGX_HTTP_IDEMPOTENCY_UNKNOWN_REDRIVE  2
 
 /* ssl= of a store */
 #define NGX_HTTP_IDEMPOTENCY_SSL_OFF        0
@@ -109,6 +119,7 @@ typedef struct {
     void                           *conns;
     size_t                          max_packet; /* per worker, 0: unknown */
     ngx_int_t                       existing;  /* per worker, claim.c */
+    ngx_uint_t                      fences;    /* per worker, in flight */
 } ngx_http_idempotency_shard_t;
 
 
@@ -158,6 +169,8 @@ struct ngx_http_idempotency_store_s {
     unsigned                        needs_secret:1;  /* issued keys */
     unsigned                        keys:1;    /* "idempotency" uses it */
     unsigned                        fence:1;   /* "idempotency_fence" */
+    unsigned                        life:1;    /* its keys are fenced:
+                                                  the column "life" */
 };
 
 
@@ -188,8 +201,11 @@ typedef struct {
     ngx_uint_t                      on_store_error;
     ngx_uint_t                      on_unknown;
     ngx_str_t                       epoch_header;  /* len 0: none */
+    ngx_str_t                       attempt_header; /* len 0: none */
+    ngx_uint_t                      max_attempts;  /* epochs, claim.c */
     ngx_http_idempotency_store_t   *fence;     /* NULL: off; fence.c */
     ngx_str_t                       fence_table;
+    ngx_flag_t                      fence_find;
     ngx_uint_t                      keys;      /* issue.h: any, issued */
     time_t                          issuer_ttl; /* UNSET: no issuer */
 } ngx_http_idempotency_loc_conf_t;

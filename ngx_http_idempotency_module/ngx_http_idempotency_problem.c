@@ -124,6 +124,17 @@ static ngx_http_idempotency_problem_t  ngx_http_idempotency_problems[] = {
                  "made."),
       1 },
 
+    [NGX_HTTP_IDEMPOTENCY_P_EXHAUSTED] = {
+      NGX_HTTP_GATEWAY_TIME_OUT, NGX_HTTP_IDEMPOTENCY_EXHAUSTED,
+      ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "attempts-exhausted"),
+      ngx_string("Attempts exhausted"),
+      ngx_string("The operation with this idempotency key was attempted "
+                 "as many times as this server allows, and no attempt "
+                 "came back with an answer.  Where the backend takes part "
+                 "in the fence, none of them was executed.  It is not "
+                 "attempted again with this key."),
+      1 },
+
     /* the operator API (admin.c): most details are the caller's; no
      * protected request is refused with these */
 
@@ -201,6 +212,8 @@ static ngx_http_idempotency_grpc_code_e  ngx_http_idempotency_grpc_problems[]
     [NGX_HTTP_IDEMPOTENCY_P_UNKNOWN] = NGX_HTTP_IDEMPOTENCY_GRPC_UNKNOWN,
     [NGX_HTTP_IDEMPOTENCY_P_EXECUTED] =
         NGX_HTTP_IDEMPOTENCY_GRPC_ALREADY_EXISTS,
+    [NGX_HTTP_IDEMPOTENCY_P_EXHAUSTED] =
+        NGX_HTTP_IDEMPOTENCY_GRPC_DEADLINE_EXCEEDED,
 
     /* the operator API is not called over gRPC; for completeness */
 

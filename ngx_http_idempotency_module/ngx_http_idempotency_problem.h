@@ -28,6 +28,7 @@ typedef enum {
     NGX_HTTP_IDEMPOTENCY_P_NOT_ISSUED,
     NGX_HTTP_IDEMPOTENCY_P_UNKNOWN,
     NGX_HTTP_IDEMPOTENCY_P_EXECUTED,    /* the backend's marker (fence.c) */
+    NGX_HTTP_IDEMPOTENCY_P_EXHAUSTED,   /* no attempt came back (claim.c) */
 
     /* the operator API (admin.c) */
     NGX_HTTP_IDEMPOTENCY_P_ADMIN_REQUEST,

@@ -96,11 +96,25 @@ static u_char *ngx_http_idempotency_hex(u_char *p, u_char *src, size_t len);
     "AND IFNULL(fingerprint = ?, 1)"
 
 
-/* a piece of a statement's text: once, or n times joined by sep */
+/*
+ * A piece of a statement's text: once, or n times joined by sep; always
+ * (ALWAYS), or only for a store whose keys have a life (LIFE: the
+ * column of the fence's marker, NGX_HTTP_IDEMPOTENCY_F_LIFE) or only for
+ * one whose keys have none (NO_LIFE)
+ */
 typedef struct {
     const char                    *text;
     const char                    *sep;
+    ngx_uint_t                     life;
 } ngx_http_idempotency_part_t;
+
+#define NGX_HTTP_IDEMPOTENCY_ALWAYS   0
+#define NGX_HTTP_IDEMPOTENCY_LIFE     1
+#define NGX_HTTP_IDEMPOTENCY_NO_LIFE  2
+
+
+static ngx_uint_t ngx_http_idempotency_part_skip(
+    ngx_http_idempotency_store_t *store, ngx_http_idempotency_part_t *part);
 
 
 typedef struct {
@@ -113,15 +127,26 @@ typedef struct {
 } ngx_http_idempotency_stmt_def_t;
 
 
-/* CLAIM: key, owner, fingerprint (zeros: not compared), lease us, ttl */
+/*
+ * CLAIM: key, owner, fingerprint (zeros: not compared), lease us, ttl.  A
+ * key's life is its first owner's token: the row's own owner column, set
+ * earlier in the same VALUES list, so that nothing more is sent.
+ */
 
 static ngx_http_idempotency_part_t  ngx_http_idempotency_claim_parts[] = {
     { "INSERT IGNORE INTO `%V` (key_hash, state, owner, fingerprint, "
-      "created_at, lease_until, expires_at) VALUES ", NULL },
+      "created_at, lease_until, expires_at", NULL, 0 },
+    { ", life", NULL, NGX_HTTP_IDEMPOTENCY_LIFE },
+    { ") VALUES ", NULL, 0 },
     { "(?, 0, ?, ?, UTC_TIMESTAMP(3), "
       "UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND, "
-      NGX_HTTP_IDEMPOTENCY_SQL_RETAIN ")", ", " },
-    { NULL, NULL }
+      NGX_HTTP_IDEMPOTENCY_SQL_RETAIN ")", ", ",
+      NGX_HTTP_IDEMPOTENCY_NO_LIFE },
+    { "(?, 0, ?, ?, UTC_TIMESTAMP(3), "
+      "UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND, "
+      NGX_HTTP_IDEMPOTENCY_SQL_RETAIN ", owner)", ", ",
+      NGX_HTTP_IDEMPOTENCY_LIFE },
+    { NULL, NULL, 0 }
 };
 
 
@@ -139,14 +164,16 @@ static ngx_http_idempotency_part_t  ngx_http_idempotency_read_parts[] = {
     { "SELECT key_hash, state, owner, fingerprint, "
       "GREATEST(TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(3), expires_at), 0), "
       NGX_HTTP_IDEMPOTENCY_SQL_EXPIRED ", "
-      "state = 0 AND lease_until <= UTC_TIMESTAMP(3), status, epoch, "
+      "state IN (0, 5) AND lease_until <= UTC_TIMESTAMP(3), status, epoch, "
       "IF(state = 5 OR state = 1 AND expires_at > UTC_TIMESTAMP(3) "
-      "AND IFNULL(fingerprint IN (", NULL },
-    { "?", ", " },
-    { "), 1), response, NULL) FROM `%V` WHERE key_hash IN (", NULL },
-    { "?", ", " },
-    { ")", NULL },
-    { NULL, NULL }
+      "AND IFNULL(fingerprint IN (", NULL, 0 },
+    { "?", ", ", 0 },
+    { "), 1), response, NULL)", NULL, 0 },
+    { ", life", NULL, NGX_HTTP_IDEMPOTENCY_LIFE },
+    { " FROM `%V` WHERE key_hash IN (", NULL, 0 },
+    { "?", ", ", 0 },
+    { ")", NULL, 0 },
+    { NULL, NULL, 0 }
 };
 
 
@@ -156,13 +183,18 @@ static ngx_http_idempotency_part_t  ngx_http_idempotency_read_parts[] = {
  * expires_at are tested before expires_at and state change.  Conditional
  * on the epoch too, so that the claim knows its own: one more than it
  * read.  The last marker is 3 (ROW_UNKNOWN) when the epoch read was
- * fenced (fence.c), and NULL otherwise: a key of unknown outcome is taken
- * over only once nobody can commit that epoch.
+ * fenced (fence.c) or is driven again (idempotency_on_unknown_outcome
+ * redrive), and NULL otherwise: a key of unknown outcome is taken over
+ * only once nobody can commit that epoch, or on its backend's own say.
+ * A new operation starts a new life (the owner, bound once more), set
+ * before state and expires_at change, which NEW reads.
  */
 
 static ngx_http_idempotency_part_t  ngx_http_idempotency_take_parts[] = {
-    { "UPDATE `%V` SET owner = ?, fingerprint = ?, "
-      "created_at = IF(" NGX_HTTP_IDEMPOTENCY_SQL_NEW ", "
+    { "UPDATE `%V` SET owner = ?, fingerprint = ?, ", NULL, 0 },
+    { "life = IF(" NGX_HTTP_IDEMPOTENCY_SQL_NEW ", ?, life), ", NULL,
+      NGX_HTTP_IDEMPOTENCY_LIFE },
+    { "created_at = IF(" NGX_HTTP_IDEMPOTENCY_SQL_NEW ", "
       "UTC_TIMESTAMP(3), created_at), "
       "expires_at = IF(" NGX_HTTP_IDEMPOTENCY_SQL_NEW ", "
       NGX_HTTP_IDEMPOTENCY_SQL_RETAIN ", expires_at), "
@@ -171,8 +203,8 @@ static ngx_http_idempotency_part_t  ngx_http_idempotency_take_parts[] = {
       "status = NULL, response = NULL "
       "WHERE key_hash = ? AND epoch = ? AND ("
       NGX_HTTP_IDEMPOTENCY_SQL_EXPIRED " OR "
-      NGX_HTTP_IDEMPOTENCY_SQL_DEAD " OR state = ?)", NULL },
-    { NULL, NULL }
+      NGX_HTTP_IDEMPOTENCY_SQL_DEAD " OR state = ?)", NULL, 0 },
+    { NULL, NULL, 0 }
 };
 
 
@@ -185,8 +217,8 @@ static ngx_http_idempotency_part_t  ngx_http_idempotency_complete_parts[] = {
     { "UPDATE `%V` SET state = ?, status = ?, "
       "lease_until = UTC_TIMESTAMP(3), " NGX_HTTP_IDEMPOTENCY_SQL_KEEP ", "
       "response = ? "
-      "WHERE key_hash = ? AND owner = ?", NULL },
-    { NULL, NULL }
+      "WHERE key_hash = ? AND owner = ?", NULL, 0 },
+    { NULL, NULL, 0 }
 };
 
 
@@ -197,18 +229,18 @@ static ngx_http_idempotency_part_t  ngx_http_idempotency_complete_parts[] = {
 
 static ngx_http_idempotency_part_t  ngx_http_idempotency_completes_parts[] = {
     { "UPDATE `%V` SET lease_until = UTC_TIMESTAMP(3), "
-      NGX_HTTP_IDEMPOTENCY_SQL_KEEP ", state = CASE key_hash", NULL },
-    { " WHEN ? THEN ?", "" },
-    { " END, status = CASE key_hash", NULL },
-    { " WHEN ? THEN ?", "" },
-    { " END, response = CASE key_hash", NULL },
-    { " WHEN ? THEN ?", "" },
-    { " END WHERE key_hash IN (", NULL },
-    { "?", ", " },
-    { ") AND CASE key_hash", NULL },
-    { " WHEN ? THEN owner = ?", "" },
-    { " END", NULL },
-    { NULL, NULL }
+      NGX_HTTP_IDEMPOTENCY_SQL_KEEP ", state = CASE key_hash", NULL, 0 },
+    { " WHEN ? THEN ?", "", 0 },
+    { " END, status = CASE key_hash", NULL, 0 },
+    { " WHEN ? THEN ?", "", 0 },
+    { " END, response = CASE key_hash", NULL, 0 },
+    { " WHEN ? THEN ?", "", 0 },
+    { " END WHERE key_hash IN (", NULL, 0 },
+    { "?", ", ", 0 },
+    { ") AND CASE key_hash", NULL, 0 },
+    { " WHEN ? THEN owner = ?", "", 0 },
+    { " END", NULL, 0 },
+    { NULL, NULL, 0 }
 };
 
 
@@ -247,6 +279,17 @@ static ngx_http_idempotency_stmt_def_t
 static u_char  ngx_http_idempotency_zero_fp[NGX_HTTP_IDEMPOTENCY_HASH_LEN];
 
 
+/* a part that is not for this store: its keys have a life or none */
+
+static ngx_uint_t
+ngx_http_idempotency_part_skip(ngx_http_idempotency_store_t *store,
+    ngx_http_idempotency_part_t *part)
+{
+    return part->life == (store->life ? NGX_HTTP_IDEMPOTENCY_NO_LIFE
+                                      : NGX_HTTP_IDEMPOTENCY_LIFE);
+}
+
+
 /* a statement's text for n ops, made once per worker and store */
 
 static ngx_str_t *
@@ -281,6 +324,10 @@ ngx_http_idempotency_stmt_text(ngx_http_idempotency_store_t *store,
     size = 0;
 
     for (i = 0; part[i].text; i++) {
+        if (ngx_http_idempotency_part_skip(store, &part[i])) {
+            continue;
+        }
+
         size += part[i].sep ? n * (ngx_strlen(part[i].text)
                                    + ngx_strlen(part[i].sep))
                             : ngx_strlen(part[i].text) + store->table.len;
@@ -295,6 +342,10 @@ ngx_http_idempotency_stmt_text(ngx_http_idempotency_store_t *store,
     last = p + size;
 
     for ( /* void */ ; part->text; part++) {
+
+        if (ngx_http_idempotency_part_skip(store, part)) {
+            continue;
+        }
 
         if (part->sep == NULL) {
             /* "%V": the table */
@@ -426,7 +477,10 @@ ngx_http_idempotency_sql_claim(ngx_http_idempotency_shard_t *shard,
 
     default: /* NGX_HTTP_IDEMPOTENCY_STMT_TAKE */
         if (ngx_http_idempotency_op_bytes(op, cl->owner, 16) != NGX_OK
-            || ngx_http_idempotency_op_bytes(op, stored, 32) != NGX_OK)
+            || ngx_http_idempotency_op_bytes(op, stored, 32) != NGX_OK
+            || (shard->store->life
+                && ngx_http_idempotency_op_bytes(op, cl->owner, 16)
+                   != NGX_OK))
         {
             goto failed;
         }
@@ -628,7 +682,7 @@ ngx_http_idempotency_sql_running(ngx_http_idempotency_shard_t *shard,
 
 ngx_http_idempotency_op_t *
 ngx_http_idempotency_sql_fence(ngx_http_idempotency_shard_t *shard,
-    ngx_log_t *log, ngx_str_t *table, u_char *key_hash, ngx_uint_t epoch,
+    ngx_log_t *log, ngx_str_t *table, u_char *marker, ngx_uint_t epoch,
     ngx_uint_t lock_wait)
 {
     u_char                     *p;
@@ -640,13 +694,15 @@ ngx_http_idempotency_sql_fence(ngx_http_idempotency_shard_t *shard,
         return NULL;
     }
 
-    p = ngx_sprintf(op->sql.data, "SET SESSION innodb_lock_wait_timeout = "
-                    "%ui; INSERT IGNORE INTO `%V` (key_hash, epoch, state, "
-                    "created_at) VALUES (", lock_wait, table);
-    p = ngx_http_idempotency_hex(p, key_hash, 32);
+    /* SET STATEMENT: the session's own lock wait is left as it was */
+
+    p = ngx_sprintf(op->sql.data, "SET STATEMENT innodb_lock_wait_timeout "
+                    "= %ui FOR INSERT IGNORE INTO `%V` (marker, epoch, "
+                    "state, created_at) VALUES (", lock_wait, table);
+    p = ngx_http_idempotency_hex(p, marker, NGX_HTTP_IDEMPOTENCY_HASH_LEN);
     p = ngx_sprintf(p, ", %ui, 2, UTC_TIMESTAMP(3)); SELECT state, result "
-                    "FROM `%V` WHERE key_hash = ", epoch, table);
-    p = ngx_http_idempotency_hex(p, key_hash, 32);
+                    "FROM `%V` WHERE marker = ", epoch, table);
+    p = ngx_http_idempotency_hex(p, marker, NGX_HTTP_IDEMPOTENCY_HASH_LEN);
     p = ngx_sprintf(p, " AND epoch = %ui", epoch);
 
     op->sql.len = p - op->sql.data;
@@ -657,15 +713,18 @@ ngx_http_idempotency_sql_fence(ngx_http_idempotency_shard_t *shard,
 
 /*
  * The key ran, by its backend's marker: state 5 (ROW_EXECUTED) with the
- * backend's result, while the row is still of that epoch and either of
- * unknown outcome or in progress with a dead lease.  The owner stays: a
- * late completion of an owner that was only cut off still stores its
- * answer, which is then replayed; its renewals (state 0) change nothing.
+ * backend's result, while the row is still of that epoch and nobody's
+ * (unknown, released, or in progress with a dead lease).  The owner
+ * stays: a late completion of an owner that was only cut off still
+ * stores its answer, which is then replayed; its renewals (state 0)
+ * change nothing.  Until then, for live ms, retries are told the key is
+ * in progress, not that its answer is lost.
  */
 
 ngx_http_idempotency_op_t *
 ngx_http_idempotency_sql_executed(ngx_http_idempotency_shard_t *shard,
-    ngx_log_t *log, u_char *key_hash, ngx_uint_t epoch, ngx_str_t *result)
+    ngx_log_t *log, u_char *key_hash, ngx_uint_t epoch, ngx_str_t *result,
+    ngx_msec_t live)
 {
     u_char                     *p;
     ngx_http_idempotency_op_t  *op;
@@ -678,8 +737,9 @@ ngx_http_idempotency_sql_executed(ngx_http_idempotency_shard_t *shard,
     }
 
     p = ngx_sprintf(op->sql.data, "UPDATE `%V` SET state = 5, "
-                    "lease_until = UTC_TIMESTAMP(3), status = NULL, "
-                    "response = ", &shard->store->table);
+                    "lease_until = UTC_TIMESTAMP(3) + INTERVAL %M "
+                    "MICROSECOND, status = NULL, response = ",
+                    &shard->store->table, live * 1000);
 
     if (result->len) {
         p = ngx_http_idempotency_hex(p, result->data, result->len);
@@ -690,8 +750,40 @@ ngx_http_idempotency_sql_executed(ngx_http_idempotency_shard_t *shard,
 
     p = ngx_cpymem(p, " WHERE key_hash = ", 18);
     p = ngx_http_idempotency_hex(p, key_hash, 32);
-    p = ngx_sprintf(p, " AND epoch = %ui AND (state = 3 OR state = 0 AND "
-                    "lease_until <= UTC_TIMESTAMP(3))", epoch);
+    p = ngx_sprintf(p, " AND epoch = %ui AND (state IN (3, 4) OR state = 0 "
+                    "AND lease_until <= UTC_TIMESTAMP(3))", epoch);
+
+    op->sql.len = p - op->sql.data;
+
+    return op;
+}
+
+
+ngx_http_idempotency_op_t *
+ngx_http_idempotency_sql_find(ngx_http_idempotency_shard_t *shard,
+    ngx_log_t *log, u_char *key_hash, u_char *owner, ngx_uint_t epoch,
+    ngx_msec_t lease)
+{
+    u_char                     *p;
+    ngx_http_idempotency_op_t  *op;
+
+    op = ngx_http_idempotency_sql_sized(shard, log, "find",
+                                        512 + shard->store->table.len);
+    if (op == NULL) {
+        return NULL;
+    }
+
+    op->kind = NGX_HTTP_IDEMPOTENCY_OP_TAKEOVER;
+
+    p = ngx_sprintf(op->sql.data, "UPDATE `%V` SET owner = ",
+                    &shard->store->table);
+    p = ngx_http_idempotency_hex(p, owner, NGX_HTTP_IDEMPOTENCY_TOKEN_LEN);
+    p = ngx_sprintf(p, ", state = 0, lease_until = UTC_TIMESTAMP(3) + "
+                    "INTERVAL %M MICROSECOND, status = NULL, response = "
+                    "NULL WHERE key_hash = ", lease * 1000);
+    p = ngx_http_idempotency_hex(p, key_hash, NGX_HTTP_IDEMPOTENCY_HASH_LEN);
+    p = ngx_sprintf(p, " AND epoch = %ui AND (state IN (3, 4) OR state = 0 "
+                    "AND lease_until <= UTC_TIMESTAMP(3))", epoch);
 
     op->sql.len = p - op->sql.data;
 
@@ -953,7 +1045,7 @@ ngx_http_idempotency_sql_admin_change(ngx_http_idempotency_shard_t *shard,
     p = ngx_http_idempotency_hex(p, key_hash, NGX_HTTP_IDEMPOTENCY_HASH_LEN);
     p = ngx_sprintf(p, " AND state IN (%s) AND %s = '%V'; "
                     "SELECT %s FROM `%V` WHERE key_hash = ",
-                    completed ? "1, 2" : "0, 3",
+                    completed ? "1, 2, 5" : "0, 3",
                     NGX_HTTP_IDEMPOTENCY_SQL_VERSION, version,
                     ngx_http_idempotency_admin_columns, table);
     p = ngx_http_idempotency_hex(p, key_hash, NGX_HTTP_IDEMPOTENCY_HASH_LEN);

@@ -40,7 +40,9 @@
 #define NGX_HTTP_IDEMPOTENCY_F_STATUS     7
 #define NGX_HTTP_IDEMPOTENCY_F_EPOCH      8   /* of the last claim */
 #define NGX_HTTP_IDEMPOTENCY_F_RESPONSE   9   /* completed, unexpired */
-#define NGX_HTTP_IDEMPOTENCY_F_COUNT      10
+#define NGX_HTTP_IDEMPOTENCY_F_COUNT      10  /* at least */
+#define NGX_HTTP_IDEMPOTENCY_F_LIFE       10  /* store->life: the token of
+                                                 the life's first claim */
 
 /*
  * What a release (the module's, or an operator's) sets: the row is free
@@ -55,9 +57,10 @@
     "lease_until = UTC_TIMESTAMP(3), status = NULL, response = NULL"
 
 /* "take": the row may be taken over, and why */
-#define NGX_HTTP_IDEMPOTENCY_TAKE_EXPIRED 1
+#define NGX_HTTP_IDEMPOTENCY_TAKE_EXPIRED 1   /* released, or past retention */
 #define NGX_HTTP_IDEMPOTENCY_TAKE_LEASE   2
 #define NGX_HTTP_IDEMPOTENCY_TAKE_FENCED  3   /* unknown, its epoch fenced */
+#define NGX_HTTP_IDEMPOTENCY_TAKE_REDRIVE 4   /* unknown, driven again */
 
 
 typedef struct {
@@ -126,17 +129,32 @@ ngx_http_idempotency_op_t *ngx_http_idempotency_sql_running(
 #define NGX_HTTP_IDEMPOTENCY_MARK_FENCED      2
 
 /*
- * The fence of a key's epoch in the marker table; lock_wait, in whole
- * seconds, bounds the wait for a backend's uncommitted marker
+ * The fence of a marker (a key's life) and epoch in the marker table;
+ * lock_wait, in whole seconds (0: none), bounds the wait for a backend's
+ * uncommitted marker, for this statement only
  */
 ngx_http_idempotency_op_t *ngx_http_idempotency_sql_fence(
     ngx_http_idempotency_shard_t *shard, ngx_log_t *log, ngx_str_t *table,
-    u_char *key_hash, ngx_uint_t epoch, ngx_uint_t lock_wait);
+    u_char *marker, ngx_uint_t epoch, ngx_uint_t lock_wait);
 
-/* the key ran, by the backend's marker of epoch: ROW_EXECUTED */
+/*
+ * The key ran, by the backend's marker of epoch: ROW_EXECUTED, its lease
+ * for live ms more (a live owner's completion may still come)
+ */
 ngx_http_idempotency_op_t *ngx_http_idempotency_sql_executed(
     ngx_http_idempotency_shard_t *shard, ngx_log_t *log, u_char *key_hash,
-    ngx_uint_t epoch, ngx_str_t *result);
+    ngx_uint_t epoch, ngx_str_t *result, ngx_msec_t live);
+
+/*
+ * A find: the key's row at epoch, which its backend's marker says ran,
+ * becomes owner's, in progress for lease, at the same epoch, so that the
+ * backend's own record of the answer becomes the key's.  Only while the
+ * row is still of that epoch and nobody else's: unknown, released, or in
+ * progress with a dead lease.  One row changed: it is owner's.
+ */
+ngx_http_idempotency_op_t *ngx_http_idempotency_sql_find(
+    ngx_http_idempotency_shard_t *shard, ngx_log_t *log, u_char *key_hash,
+    u_char *owner, ngx_uint_t epoch, ngx_msec_t lease);
 
 /* the key's state, and whether owner holds it ("1" or "0") */
 ngx_http_idempotency_op_t *ngx_http_idempotency_sql_owner(
@@ -159,7 +177,8 @@ ngx_http_idempotency_op_t *ngx_http_idempotency_sql_admin_list(
 
 /*
  * An operator's change: the UPDATE that releases a key in progress or of
- * unknown outcome (completed: a completed key) while its row is still at
+ * unknown outcome (completed: a completed key, or one its backend's fence
+ * marker says ran) while its row is still at
  * version, then the row.  A version is sent as it is, so the caller lets
  * through only one as GET shows it: digits, A-F and "-".
  */

@@ -341,22 +341,26 @@ SQL
 # Apply mysql/schema.sql.  Its checksum is remembered: when the schema file
 # changes, the (development-only) table is dropped and created anew, since
 # CREATE TABLE IF NOT EXISTS would silently keep the old definition.
+# the tables of the keys, the fence's markers and the demo backend's
+# withdrawals (t/048, demo): made anew when one of their files changed
+SCHEMA_TABLES='idempotency_keys, idempotency_fence, withdrawals, accounts'
+
 mysql_schema() {
     local sum old=""
     [ -f "$SCHEMA" ] || { echo "services: warning: $SCHEMA missing, no table created" >&2; return 0; }
-    sum=$(sha256sum < "$SCHEMA" | cut -d' ' -f1)
+    sum=$(cat "$SCHEMA" "$ROOT/mysql/fence.sql" "$ROOT/backend/withdraw.sql" \
+          | sha256sum | cut -d' ' -f1)
     [ -f "$MY_DIR/schema.sha256" ] && old=$(cat "$MY_DIR/schema.sha256")
     if [ "$MY_FRESH" = 1 ]; then
-        my_root "$MY_DB" -e 'DROP TABLE IF EXISTS idempotency_keys' || return 1
+        my_root "$MY_DB" -e "DROP TABLE IF EXISTS $SCHEMA_TABLES" || return 1
     elif [ -n "$old" ] && [ "$old" != "$sum" ]; then
-        echo "$MY_NAME: mysql/schema.sql changed: recreating table idempotency_keys"
-        my_root "$MY_DB" -e 'DROP TABLE IF EXISTS idempotency_keys' || return 1
+        echo "$MY_NAME: mysql/schema.sql, mysql/fence.sql or backend/withdraw.sql changed: recreating their tables"
+        my_root "$MY_DB" -e "DROP TABLE IF EXISTS $SCHEMA_TABLES" || return 1
     fi
     my_root "$MY_DB" < "$SCHEMA" || return 1
-    echo "$sum" > "$MY_DIR/schema.sha256"
-    # the fence's markers and the demo backend's withdrawals (t/048, demo)
     cat "$ROOT/mysql/fence.sql" "$ROOT/backend/withdraw.sql" \
         | my_root "$MY_DB" || return 1
+    echo "$sum" > "$MY_DIR/schema.sha256"
 }
 
 mysql_start() {

@@ -88,7 +88,7 @@ for my $i (0, 1) {
             idempotency main;
             idempotency_fence main;
             idempotency_epoch_header Idempotency-Epoch;
-            proxy_set_header Idempotency-Key-Hash \$idempotency_key_hash;
+            proxy_set_header Idempotency-Marker \$idempotency_marker;
             proxy_read_timeout 2s;
             proxy_pass http://127.0.0.1:$bank_port;
         }

@@ -92,12 +92,12 @@ sub ledger {
     return "$b $w";
 }
 
-# the markers of a key: "epoch:state" in epoch order
+# the markers of a key's current use: "epoch:state" in epoch order
 sub markers {
     my ($key) = @_;
     my $m = sql("SELECT GROUP_CONCAT(CONCAT(epoch, ':', state) ORDER BY epoch)"
-                . " FROM idempotency_fence WHERE key_hash = X'"
-                . key_hash_hex($key) . "'");
+                . " FROM idempotency_fence WHERE marker = X'"
+                . marker_hex($key) . "'");
     chomp $m;
     return $m;
 }
@@ -146,13 +146,13 @@ sub old_execution {
     die "fork: $!" unless defined $pid;
     if ($pid == 0) {
         exec 'curl', '-s', '-o', '/dev/null', '-X', 'POST',
-             '--data-binary', 'x', '-H', "Idempotency-Key-Hash: $kh",
+             '--data-binary', 'x', '-H', "Idempotency-Marker: $kh",
              '-H', 'Idempotency-Epoch: 1', '-H', "X-Withdraw-Hook: $hook",
              "http://127.0.0.1:$BANK_PORT/withdraw?account=$k&amount=10";
         exit 1;
     }
     wait_bank_log("the old execution to pause at $where",
-                  qr/pause at $where key_hash=$kh epoch=1/);
+                  qr/pause at $where marker=$kh epoch=1/);
     return $pid;
 }
 
@@ -176,7 +176,7 @@ sub fence_location {
         idempotency_fence $fence;
         idempotency_lease 6s;
         idempotency_epoch_header Idempotency-Epoch;
-        proxy_set_header Idempotency-Key-Hash \$idempotency_key_hash;
+        proxy_set_header Idempotency-Marker \$idempotency_marker;
         proxy_read_timeout 1s;
         proxy_pass http://127.0.0.1:$BANK_PORT;
         add_header X-Idem \$idempotency_status always;
@@ -222,25 +222,29 @@ is(main::ledger($k), '90 2', 'one withdrawal, of epoch 2');
 
 
 
-=== TEST 3: killed after COMMIT, before its answer: every retry gets 410 outcome-executed with the backend's result, never a second withdrawal
+=== TEST 3: killed after COMMIT, before its answer: the first retry finds the withdrawal's own answer, which every later retry gets, never a second withdrawal
 --- init
 my $k = 't048-3';
 main::killed($k, 'commit');
-my $r;
 my $ref = main::sql("SELECT CONCAT('/withdrawals/', id) FROM withdrawals"
                     . " WHERE account = '$k'");
 chomp $ref;
-for my $i (1, 2) {
+my $r = main::withdraw($k);
+is($r->{status}, 201, 'retry 1: the withdrawal\'s own 201');
+is(main::hdr($r, 'X-Idem'), 'find', '... asked of the backend (find)');
+is(main::hdr($r, 'Location'), $ref, '... for the withdrawal that ran');
+like($r->{body}, qr/^\{"withdrawal":\d+,"account":"t048-3","amount":10,"balance":90,"epoch":1\}$/,
+     '... its first answer, balance and epoch as then');
+my $first = $r->{body};
+like(main::bank_log(), qr/epoch=1 ran: answered from its record \(find\)/,
+     'the bank answered from its record');
+for my $i (2, 3) {
     $r = main::withdraw($k);
-    is($r->{status}, 410, "retry $i: 410");
-    like($r->{body}, qr{^\{"type":"urn:ngx-idempotency:problem:outcome-executed","title":"Executed, response lost","status":410,"detail":"(?:[^"\\]|\\.)+","result":"\Q$ref\E"\}$},
-         "retry $i: outcome-executed, with the backend's result");
-    is(main::hdr($r, 'X-Should-Retry'), 'false', "retry $i: X-Should-Retry: false");
-    is(main::hdr($r, 'Stripe-Should-Retry'), 'false', "retry $i: Stripe-Should-Retry: false");
-    ok(!exists $r->{headers}{'retry-after'}, "retry $i: no Retry-After");
-    wait_state($k, 5) if $i == 1;
+    is($r->{status}, 201, "retry $i: 201");
+    is(main::hdr($r, 'Idempotent-Replayed'), 'true', "retry $i: replayed");
+    is($r->{body}, $first, "retry $i: the same answer");
 }
-is(main::markers($k), '1:1', 'one marker, the backend\'s: the row answered the second retry');
+is(main::markers($k), '1:1', 'one marker, the backend\'s');
 is(main::ledger($k), '90 1', 'one withdrawal, of epoch 1');
 
 
@@ -255,32 +259,32 @@ wait_state($k, 3);
 $r = main::withdraw($k);
 is($r->{status}, 201, 'the first retry runs it at once');
 like($r->{body}, qr/"epoch":2\b/, '... at epoch 2');
-my $kh = key_hash_hex($k);
+my $kh = marker_hex($k);
 main::wait_bank_log('the old execution to resume and be refused',
-    qr/key_hash=$kh epoch=1 is fenced or ran: rolled back/);
+    qr/marker=$kh epoch=1 is fenced or ran: rolled back/);
 is(main::markers($k), '1:2,2:1', 'epoch 1 fenced, epoch 2 executed');
 is(main::ledger($k), '90 2', 'one withdrawal, of epoch 2');
 
 
 
-=== TEST 5: paused after its marker, holding the lock past proxy_read_timeout: the fence cannot decide (502, retry hinted), the first retry after COMMIT gets 410
+=== TEST 5: paused after its marker, holding the lock past proxy_read_timeout: the fence cannot decide (502, retry hinted), the first retry after COMMIT gets the withdrawal's 201
 --- init
 my $k = 't048-5';
 main::open_account($k);
-my $kh = key_hash_hex($k);
 my $r = main::withdraw($k, 'pause=6000&pause_at=marker');
 is($r->{status}, 504, 'the first client: 504');
 wait_state($k, 3);
+my $kh = marker_hex($k);
 $r = main::withdraw($k);
 is($r->{status}, 502, 'a retry while the transaction is open: 502');
 like($r->{body}, qr/outcome-unknown/, '... outcome-unknown');
 is(main::hdr($r, 'Retry-After'), '1', '... with Retry-After: 1');
 is(main::hdr($r, 'X-Should-Retry'), 'true', '... and X-Should-Retry: true');
 main::wait_bank_log('the old execution to commit',
-    qr/key_hash=$kh epoch=1 committed/);
+    qr/marker=$kh epoch=1 committed/);
 $r = main::withdraw($k);
-is($r->{status}, 410, 'the first retry after COMMIT: 410');
-like($r->{body}, qr/"result":"\/withdrawals\/\d+"/, '... with the result');
+is($r->{status}, 201, 'the first retry after COMMIT: the withdrawal\'s 201');
+like($r->{body}, qr/"balance":90,"epoch":1\}/, '... its own answer');
 is(main::markers($k), '1:1', 'the backend\'s marker only');
 is(main::ledger($k), '90 1', 'one withdrawal');
 --- error_log
@@ -288,7 +292,7 @@ is undecided
 
 
 
-=== TEST 6: a lease-end takeover racing a slow old execution that holds its marker: 409 until it commits, then 410; it ran once
+=== TEST 6: a lease-end takeover racing a slow old execution that holds its marker: 409 until it commits, then its own 201; it ran once
 --- init
 my $k = 't048-6';
 main::open_account($k);
@@ -300,8 +304,9 @@ is($r->{status}, 409, 'a retry while the old execution holds its marker: 409');
 is(main::hdr($r, 'X-Should-Retry'), 'true', '... worth retrying');
 waitpid($pid, 0);
 $r = main::withdraw($k);
-is($r->{status}, 410, 'the first retry after its COMMIT: 410');
-like($r->{body}, qr/"result":"\/withdrawals\/\d+"/, '... with the result');
+is($r->{status}, 201, 'the first retry after its COMMIT: the withdrawal\'s 201');
+is(main::hdr($r, 'X-Idem'), 'find', '... found');
+like($r->{body}, qr/"epoch":1\}/, '... the old one\'s answer');
 is(main::ledger($k), '90 1', 'one withdrawal, the old one');
 
 
@@ -317,7 +322,7 @@ is($r->{status}, 201, 'the retry takes the dead owner\'s key over');
 is(main::hdr($r, 'X-Idem'), 'takeover', '... a takeover');
 like($r->{body}, qr/"epoch":2\b/, '... at epoch 2');
 waitpid($pid, 0);
-like(main::bank_log(), qr/key_hash=$kh epoch=1 is fenced or ran: rolled back/,
+like(main::bank_log(), qr/marker=$kh epoch=1 is fenced or ran: rolled back/,
      'the old execution was refused by its marker');
 is(main::markers($k), '1:2,2:1', 'epoch 1 fenced, epoch 2 executed');
 is(main::ledger($k), '90 2', 'one withdrawal, of epoch 2');

@@ -296,7 +296,7 @@ my $f = main::admin('POST', "action=forget&key=$key&version=$j->{version}");
 is($f->{status}, 409, 'TEST 3: forget: 409');
 is($f->{json}{type}, 'urn:ngx-idempotency:problem:action-not-applicable',
    'TEST 3: ... action-not-applicable');
-like($f->{json}{detail}, qr/^The key's state is unknown: forget applies to completed keys\.  To let a retry run again, use action=release\.$/,
+like($f->{json}{detail}, qr/^The key's state is unknown: forget applies to keys that ran \(completed, not stored, executed\)\.  To let a retry run again, use action=release\.$/,
      'TEST 3: ... release applies');
 is($f->{json}{current}{state}, 'unknown', 'TEST 3: ... with the row');
 my $before = main::metric('release');

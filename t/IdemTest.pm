@@ -21,7 +21,7 @@ use lib dirname(__FILE__), dirname(__FILE__) . '/stress';
 use IdemStress ();
 use Reaper ();
 
-our @EXPORT = qw(key_hash_hex fingerprint sql sql_at sql_root bg_request
+our @EXPORT = qw(key_hash_hex marker_hex fingerprint sql sql_at sql_root bg_request
                  store_config orders_location via_location block_defaults
                  port curl_post record tcp_proxy shard_of wait_state);
 
@@ -177,6 +177,21 @@ sub curl_post {
 
 # the module's lookup hash of (key, scope): IdemStress::key_hash_hex
 sub key_hash_hex { IdemStress::key_hash_hex(@_) }
+
+# the name of the key's current use in a fence's marker table, as the
+# module sends it in $idempotency_marker: SHA-256 of "idempotency-marker/1",
+# the key hash and the row's life; the key hash for a row without a life
+# (docs/design.md, "Fence or find"), computed here by MariaDB; $table
+# [idempotency_keys]
+sub marker_hex {
+    my ($key, $scope, $table) = @_;
+    my $m = sql("SELECT HEX(IF(life IS NULL, key_hash, UNHEX(SHA2(CONCAT("
+                . "'idempotency-marker/1', key_hash, life), 256))))"
+                . " FROM " . ($table // 'idempotency_keys')
+                . " WHERE key_hash = X'" . key_hash_hex($key, $scope) . "'");
+    chomp $m;
+    return lc $m;
+}
 
 sub fingerprint {
     my ($method, $uri, $body) = @_;

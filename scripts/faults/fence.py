@@ -70,7 +70,7 @@ def bank_stop(env):
 
 FENCE = ["idempotency_fence main",
          "idempotency_epoch_header Idempotency-Epoch",
-         "proxy_set_header Idempotency-Key-Hash $idempotency_key_hash"]
+         "proxy_set_header Idempotency-Marker $idempotency_marker"]
 
 
 def locations(short_lease):
