@@ -37,6 +37,10 @@ Query parameters of an execution (combinable):
                  no-cache
     accel_charset=CS  an X-Accel-Charset: CS header
     retry_after=S  a Retry-After: S header (with status=429, say)
+    dedup=1      the backend deduplicates by the key itself: the first
+                 request of a key runs; later ones wait for it and get its
+                 answer, plus X-Deduplicated: <Idempotency-Attempt or ->,
+                 and are not counted
     location=URL Location: URL instead of /orders/ord-<n> (percent-encoded)
 
 Default answer: 201 for POST, 200 otherwise, application/json,
@@ -258,6 +262,10 @@ def answer(method, uri, key, reqbody, meta=None):
         return a
 
     meta = meta or {}
+    if "dedup=1" in query.split("&") and not meta.get("deduped"):
+        return DEDUP.answer(key, meta.get("attempt"),
+                            lambda: answer(method, uri, key, reqbody,
+                                           dict(meta, deduped=True)))
     peer = meta.get("peer")
     epoch = meta.get("epoch")
     fenced = FENCE is not None and epoch is not None
@@ -278,6 +286,33 @@ def answer(method, uri, key, reqbody, meta=None):
                       epoch=epoch, status=a.status,
                       sha=hashlib.sha256(a.body).hexdigest())
     return a
+
+
+class Dedup:
+    """A backend that deduplicates by itself (dedup=1), as the seed's
+    dedup table does: the first request of a key runs, and every later one
+    waits for it (a row lock) and gets its answer, counted as nothing and
+    marked X-Deduplicated: <its Idempotency-Attempt header, or ->."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.keys = {}
+
+    def answer(self, key, attempt, run):
+        with self.lock:
+            entry = self.keys.setdefault(key, [threading.Lock(), None])
+        with entry[0]:
+            if entry[1] is None:
+                entry[1] = run()
+                return entry[1]
+            first = entry[1]
+        a = Answer(first.status, first.headers + [
+                       ("X-Deduplicated", attempt or "-")],
+                   first.body, "dedup", key)
+        return a
+
+
+DEDUP = Dedup()
 
 
 def stale_answer(key, epoch, note):
@@ -451,7 +486,8 @@ class Handler(BaseHTTPRequestHandler):
                     epoch = int(value.strip())
                 except ValueError:
                     epoch = None
-        return {"peer": "%s:%d" % self.client_address[:2], "epoch": epoch}
+        return {"peer": "%s:%d" % self.client_address[:2], "epoch": epoch,
+                "attempt": self.headers.get("Idempotency-Attempt")}
 
     # ----------------------------------------------------------- response
 

@@ -41,8 +41,9 @@ pause=MS&pause_at=marker), so that a retry without it is the same request
 to the module (its fingerprint covers the URI, not the headers):
 die=before|marker|commit SIGKILLs the backend before its transaction,
 after the marker's INSERT (uncommitted), or after COMMIT before the
-answer; pause=MS with pause_at=before|marker (default before) sleeps
-there. Each hook logs a line "withdraw: <hook> at <where> marker=<hex>
+answer; pause=MS with pause_at=before|marker|commit (default before)
+sleeps there; lose=commit answers 503 after COMMIT, as an app does whose
+commit's answer was lost. Each hook logs a line "withdraw: <hook> at <where> marker=<hex>
 epoch=<E>" first, for tests to wait on.  The query's delay=MS sleeps
 before the transaction and hold=MS after the marker (holding its lock),
 for every attempt alike (the fault harness's slow operations).
@@ -198,6 +199,11 @@ class Bank:
         self.log("withdraw: marker=%s epoch=%d committed %s"
                  % (kh, epoch, ref))
         self.hook(params, "commit", kh, epoch)
+        if params.get("lose") == "commit":
+            # the commit's answer lost on its way (a connection to the
+            # database cut after COMMIT was sent): the app says it failed
+            return problem(503, "database", "Database error",
+                           "the commit's answer was lost")
 
         return self.withdrawn(wid, account, amount, balance, epoch)
 

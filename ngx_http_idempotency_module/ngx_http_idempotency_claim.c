@@ -197,7 +197,10 @@ ngx_http_idempotency_claim_step(ngx_http_request_t *r,
         cl.lease = ctx->conf->lease;
         cl.ttl = ctx->conf->ttl;
         cl.epoch = ctx->epoch;
-        cl.fenced = (ctx->claim.take == NGX_HTTP_IDEMPOTENCY_TAKE_FENCED);
+        /* a key of unknown outcome is taken only when its epoch was
+         * fenced, or on the backend's own say (a redrive) */
+        cl.fenced = (ctx->claim.take == NGX_HTTP_IDEMPOTENCY_TAKE_FENCED
+                     || ctx->claim.take == NGX_HTTP_IDEMPOTENCY_TAKE_REDRIVE);
 
         op = ngx_http_idempotency_sql_claim(ctx->shard, ngx_cycle->log, stmt,
                                             &cl);

@@ -88,6 +88,8 @@ static void ngx_http_idempotency_committed(ngx_http_idempotency_ctx_t *ctx);
 static void ngx_http_idempotency_send_deferred(
     ngx_http_idempotency_ctx_t *ctx);
 static void ngx_http_idempotency_send_deferred_handler(ngx_event_t *ev);
+static ngx_uint_t ngx_http_idempotency_not_found(
+    ngx_http_idempotency_ctx_t *ctx, ngx_uint_t status);
 static void ngx_http_idempotency_not_kept(ngx_http_idempotency_ctx_t *ctx,
     ngx_uint_t status);
 static void ngx_http_idempotency_client_gone(ngx_http_request_t *r,
@@ -176,7 +178,9 @@ ngx_http_idempotency_header_filter(ngx_http_request_t *r)
      * retry executes again; an interim status is nothing to keep
      */
 
-    if (!ngx_http_idempotency_kept(ctx->conf, status)) {
+    if (!ngx_http_idempotency_kept(ctx->conf, status)
+        || ngx_http_idempotency_not_found(ctx, status))
+    {
         ngx_http_idempotency_not_kept(ctx, status);
         return ngx_http_next_header_filter(r);
     }
@@ -418,7 +422,9 @@ static void
 ngx_http_idempotency_replaced(ngx_http_idempotency_ctx_t *ctx,
     ngx_uint_t status)
 {
-    if (!ngx_http_idempotency_kept(ctx->conf, status)) {
+    if (!ngx_http_idempotency_kept(ctx->conf, status)
+        || ngx_http_idempotency_not_found(ctx, status))
+    {
         ngx_http_idempotency_not_kept(ctx, status);
         return;
     }
@@ -437,6 +443,17 @@ ngx_http_idempotency_replaced(ngx_http_idempotency_ctx_t *ctx,
     {
         ngx_http_idempotency_defer_start(ctx);
     }
+}
+
+
+/* a find answered "no such record": the backend cannot give the answer */
+
+static ngx_uint_t
+ngx_http_idempotency_not_found(ngx_http_idempotency_ctx_t *ctx,
+    ngx_uint_t status)
+{
+    return ctx->status == NGX_HTTP_IDEMPOTENCY_FIND
+           && (status == NGX_HTTP_NOT_FOUND || status == 410);
 }
 
 

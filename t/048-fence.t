@@ -15,157 +15,8 @@ use lib 't';
 use Test::Nginx::Socket 'no_plan';
 use IdemTest;
 use TierTest;
-use Time::HiRes ();
 use POSIX ();
-use File::Basename qw(dirname);
-use Cwd qw(abs_path);
-
-our $ROOT = abs_path(dirname(__FILE__) . '/..');
-our $BANK_PORT = TierTest::free_port();
-our $BANK_LOG = "$ROOT/build/test/bank-048.log";
-our $BANK_PID;
-
-# the interpreter that has Debian's python3-pymysql (scripts/deps.sh)
-sub python {
-    for my $py ($ENV{PYTHON} // (), '/usr/bin/python3', 'python3') {
-        return $py if system("$py -c 'import pymysql' 2>/dev/null") == 0;
-    }
-    die "no python3 with pymysql (scripts/deps.sh installs python3-pymysql)\n";
-}
-
-our $PYTHON = python();
-
-# the bank: backend/app.py --bank-db on the suite's database
-sub start_bank {
-    my $pid = fork;
-    die "fork: $!" unless defined $pid;
-
-    if ($pid == 0) {
-        POSIX::setsid();
-        open STDIN, '<', '/dev/null';
-        open STDOUT, '>>', $BANK_LOG;
-        open STDERR, '>&', \*STDOUT;
-        exec $PYTHON, "$ROOT/backend/app.py", '--port', $BANK_PORT,
-             '--bank-db', $ENV{TEST_NGINX_MYSQL_DB},
-             '--bank-user', $ENV{TEST_NGINX_MYSQL_USER},
-             '--bank-password', $ENV{TEST_NGINX_MYSQL_PASSWORD},
-             '--bank-socket', $ENV{TEST_NGINX_MYSQL_SOCKET};
-        exit 1;
-    }
-
-    $BANK_PID = $pid;
-
-    IdemStress::wait_for("the bank on port $BANK_PORT", 15, sub {
-        my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
-                                      PeerPort => $BANK_PORT);
-        return $s ? 1 : 0 });
-}
-
-# the bank killed itself (die=): reap it, and start it again
-sub restart_bank {
-    IdemStress::wait_for('the bank to die', 10,
-                         sub { waitpid($BANK_PID, POSIX::WNOHANG()) > 0 });
-    start_bank();
-}
-
-sub bank_log { local $/; open my $f, '<', $BANK_LOG or return ''; <$f> }
-
-sub wait_bank_log {
-    my ($what, $re) = @_;
-    IdemStress::wait_for($what, 30, sub { bank_log() =~ $re });
-}
-
-sub open_account {
-    my ($a) = @_;
-    sql("INSERT INTO accounts VALUES ('$a', 100)"
-        . " ON DUPLICATE KEY UPDATE balance = 100");
-    sql("DELETE FROM withdrawals WHERE account = '$a'");
-}
-
-# balance, withdrawals and their epochs: what the bank's tables hold
-sub ledger {
-    my ($a) = @_;
-    my $b = sql("SELECT balance FROM accounts WHERE id = '$a'");
-    my $w = sql("SELECT GROUP_CONCAT(epoch ORDER BY id) FROM withdrawals"
-                . " WHERE account = '$a'");
-    chomp($b, $w);
-    return "$b $w";
-}
-
-# the markers of a key's current use: "epoch:state" in epoch order
-sub markers {
-    my ($key) = @_;
-    my $m = sql("SELECT GROUP_CONCAT(CONCAT(epoch, ':', state) ORDER BY epoch)"
-                . " FROM idempotency_fence WHERE marker = X'"
-                . marker_hex($key) . "'");
-    chomp $m;
-    return $m;
-}
-
-# the first request of $k, killed in the bank at $where: nginx's 502 to
-# its client, the key unknown; then the bank starts again
-sub killed {
-    my ($k, $where) = @_;
-    open_account($k);
-    my $r = withdraw($k, "die=$where");
-    Test::More::is($r->{status}, 502,
-                   "killed at $where: nginx's 502, the outcome unknown");
-    wait_state($k, 3);
-    restart_bank();
-}
-
-sub withdraw {
-    my ($key, @hook) = @_;
-    return http_req(key => $key, uri => "/withdraw?account=$key&amount=10",
-                    body => 'x', timeout => 20,
-                    headers => [map { "X-Withdraw-Hook: $_" } @hook]);
-}
-
-sub hdr { my ($r, $h) = @_; return ($r->{headers}{lc $h} // [''])->[0] }
-
-# a key's row as an nginx that died left it: epoch 1, owner gone, state
-# 0 with its lease ended (still executing, maybe) or 3 (sent, unknown)
-sub orphan_row {
-    my ($k, $state) = @_;
-    my $kh = key_hash_hex($k);
-    my $fp = fingerprint('POST', "/withdraw?account=$k&amount=10", 'x');
-    sql("INSERT INTO idempotency_keys (key_hash, state, owner, epoch,"
-        . " fingerprint, created_at, lease_until, expires_at) VALUES"
-        . " (X'$kh', $state, X'11111111111111111111111111111111', 1,"
-        . " X'$fp', UTC_TIMESTAMP(3), UTC_TIMESTAMP(3) - INTERVAL 1 SECOND,"
-        . " UTC_TIMESTAMP(3) + INTERVAL 1 DAY)");
-    return $kh;
-}
-
-# epoch 1 of the key executing on the bank, sent by the nginx that died,
-# with a hook; its client's pid, and once the hook has begun
-sub old_execution {
-    my ($k, $hook, $where) = @_;
-    my $kh = key_hash_hex($k);
-    my $pid = fork;
-    die "fork: $!" unless defined $pid;
-    if ($pid == 0) {
-        exec 'curl', '-s', '-o', '/dev/null', '-X', 'POST',
-             '--data-binary', 'x', '-H', "Idempotency-Marker: $kh",
-             '-H', 'Idempotency-Epoch: 1', '-H', "X-Withdraw-Hook: $hook",
-             "http://127.0.0.1:$BANK_PORT/withdraw?account=$k&amount=10";
-        exit 1;
-    }
-    wait_bank_log("the old execution to pause at $where",
-                  qr/pause at $where marker=$kh epoch=1/);
-    return $pid;
-}
-
-our $OWNER = $$;
-
-# the log of this run only: the blocks wait for its lines
-unlink $BANK_LOG;
-start_bank();
-
-# forked clients exec or _exit: only this process stops the bank
-END {
-    kill 'KILL', $BANK_PID if $BANK_PID && $$ == $OWNER;
-}
+use Bank '048';
 
 sub fence_location {
     my (%o) = @_;
@@ -178,7 +29,7 @@ sub fence_location {
         idempotency_epoch_header Idempotency-Epoch;
         proxy_set_header Idempotency-Marker \$idempotency_marker;
         proxy_read_timeout 1s;
-        proxy_pass http://127.0.0.1:$BANK_PORT;
+        proxy_pass http://127.0.0.1:$Bank::PORT;
         add_header X-Idem \$idempotency_status always;
     }
     location = /t { return 200 "checked\n"; }

@@ -359,6 +359,36 @@ for my $mode (qw(fail fail-late)) {
     is(count($key), 1, 'trailers-only: Charge ran once');
 }
 
+# ---- 9. an answer without a gRPC status is not a whole one (unknown,
+# never stored, never run again); a header with content-length: 0 is not
+# the end of an answer whose status comes in its trailers
+
+{
+    my $key = "$RUN-nostatus";
+    my $first = call($P{mysql}, $key, { mode => 'nostatus' });
+    isnt($first->{code}, 0, 'no grpc-status: the client has no success');
+    IdemStress::wait_for('the outcome recorded', 10, sub {
+        IdemStress::sql_at($mysql, "SELECT state FROM idempotency_keys"
+            . " WHERE key_hash = UNHEX('" . IdemStress::key_hash_hex($key)
+            . "')") eq "3\n" });
+    my $again = call($P{mysql}, $key, { mode => 'nostatus' });
+    is($again->{code}, 2, 'no grpc-status: the retry gets UNKNOWN');
+    is(count($key), 1, 'no grpc-status: Charge ran once');
+
+    # (nginx's HTTP/2 ends the first client's stream with such a header,
+    # before the trailers come: that client has no status; the key keeps
+    # the server's, and the trailers, for every retry)
+    $key = "$RUN-len0";
+    call($P{mysql}, $key, { mode => 'len0' });
+    my $replay = call($P{mysql}, $key, { mode => 'len0' });
+    is($replay->{code}, 0, 'content-length 0: the retry gets OK, the status'
+       . ' from the trailers');
+    is($replay->{trailing}{'x-charge-id'}, "ch_${key}_1",
+       '... with the trailers');
+    is($replay->{initial}{'idempotent-replayed'}, 'true', '... replayed');
+    is(count($key), 1, 'content-length 0: Charge ran once');
+}
+
 is_deeply([ $ngx->crashes ], [], 'no worker crashed');
 
 done_testing();

@@ -25,6 +25,10 @@
 //             sleep    answers as ok after T ms (a deadline shorter
 //                      than T ends the call first)
 //             rst      resets the stream (RST_STREAM INTERNAL_ERROR)
+//             nostatus answers its message and ends the stream without
+//                      trailers: no grpc-status at all
+//             len0     a header with content-length: 0, then the trailers
+//                      with grpc-status 0 and x-charge-id (no message)
 //             refuse   ends with UNAVAILABLE before it executes (not
 //                      counted)
 //   Count   {"key": K} -> {"count": executions of K so far}
@@ -117,6 +121,26 @@ function charge(call, callback) {
     case 'rst': {
         const stream = streamOf(call);
         stream.close(http2.constants.NGHTTP2_INTERNAL_ERROR);
+        return;
+    }
+    case 'nostatus': {
+        // the answer framed by hand (a 5-byte prefix), no trailers
+        const stream = streamOf(call);
+        const msg = Buffer.from(JSON.stringify({ key, execution: n }));
+        const frame = Buffer.alloc(5 + msg.length);
+        frame.writeUInt32BE(msg.length, 1);
+        msg.copy(frame, 5);
+        stream.respond({ ':status': 200, 'content-type': 'application/grpc' });
+        stream.end(frame);
+        return;
+    }
+    case 'len0': {
+        const stream = streamOf(call);
+        stream.respond({ ':status': 200, 'content-type': 'application/grpc',
+                         'content-length': '0' }, { waitForTrailers: true });
+        stream.on('wantTrailers', () => stream.sendTrailers({
+            'grpc-status': '0', 'x-charge-id': `ch_${key}_${n}` }));
+        stream.end();
         return;
     }
     default:
