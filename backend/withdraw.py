@@ -43,10 +43,12 @@ die=before|marker|commit SIGKILLs the backend before its transaction,
 after the marker's INSERT (uncommitted), or after COMMIT before the
 answer; pause=MS with pause_at=before|marker|commit (default before)
 sleeps there; lose=commit answers 503 after COMMIT, as an app does whose
-commit's answer was lost. Each hook logs a line "withdraw: <hook> at <where> marker=<hex>
-epoch=<E>" first, for tests to wait on.  The query's delay=MS sleeps
-before the transaction and hold=MS after the marker (holding its lock),
-for every attempt alike (the fault harness's slow operations).
+commit's answer was lost.  Each hook logs a line "withdraw: <hook> at
+<where> marker=<hex> epoch=<E>" first, for tests to wait on.  The
+query's delay=MS sleeps before the transaction, hold=MS after the marker (holding its lock) and
+linger=MS after COMMIT, and lose=commit answers 503 after COMMIT, for
+every attempt alike (the fault harness's slow and lossy operations; a
+find commits nothing, so it neither lingers nor loses).
 """
 
 import json
@@ -143,9 +145,12 @@ class Bank:
             return problem(400, "bad-amount", "Bad amount", "not a number")
 
         hooks = parse(headers.get("X-Withdraw-Hook") or "")
-        for slow, where in (("delay", "before"), ("hold", "marker")):
+        for slow, where in (("delay", "before"), ("hold", "marker"),
+                            ("linger", "commit")):
             if slow in params and "pause" not in hooks:
                 hooks.update(pause=params[slow], pause_at=where)
+        if params.get("lose") == "commit":
+            hooks.setdefault("lose", "commit")
         self.hook(hooks, "before", kh, epoch)
         try:
             return self.transaction(hooks, kh, epoch, account, amount)

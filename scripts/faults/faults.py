@@ -326,12 +326,12 @@ LOCATION = """\
 """
 
 
-def store_line(name, mysql, redis=False):
+def store_line(name, mysql, redis=False, purge="off"):
     s = ("    idempotency_store %s mysql=%s user=idem password=idem-secret "
          "database=idempotency pool=16 connect_timeout=%dms "
-         "query_timeout=%dms purge=off" % (name, mysql,
-                                           QUERY_TIMEOUT * 1000,
-                                           QUERY_TIMEOUT * 1000))
+         "query_timeout=%dms purge=%s" % (name, mysql,
+                                          QUERY_TIMEOUT * 1000,
+                                          QUERY_TIMEOUT * 1000, purge))
     if redis:
         s += (" redis=127.0.0.1:%d redis_timeout=300ms "
               "secret=faults-secret-0123456789abcdef" % REDIS_PORT)
@@ -1246,9 +1246,11 @@ def main():
                 ("/f/orders", "main",
                  ["idempotency_lease %ds" % SHORT_LEASE,
                   "idempotency_epoch_header %s" % EPOCH_HEADER])]
-        locs += fence.locations(SHORT_LEASE)
+        locs += fence.locations(SHORT_LEASE, NGINX_PORT)
         env.nginx = Nginx("nginx", NGINX_PORT,
                           [store_line("main", "%s:%d" % (DB_IP, DB_PORT)),
+                           store_line("purging", "%s:%d" % (DB_IP, DB_PORT),
+                                      purge="1s"),
                            store_line("withredis", "%s:%d" % (DB_IP, DB_PORT),
                                       redis=True),
                            store_line("slow", "%s:%d" % (DB_IP, RELAY_PORT))],
@@ -1270,8 +1272,8 @@ def main():
                 # after a worker kill, once the lease and the old
                 # execution (5 s) are over
                 kw = {"fencing": True, "bound": FENCE_BOUND,
-                      "checker": lambda d: fence.check_run(
-                          sys.modules[__name__], env, d)}
+                      "checker": lambda d, n=name: fence.check_run(
+                          sys.modules[__name__], env, d, n)}
                 if name == "fence-worker-kill":
                     kw.update(bound=SHORT_LEASE + 5.0 + FENCE_BOUND,
                               policy=load.Policy(budget=40.0),

@@ -73,19 +73,32 @@ FENCE = ["idempotency_fence main",
          "proxy_set_header Idempotency-Marker $idempotency_marker"]
 
 
-def locations(short_lease):
+def locations(short_lease, nginx_port):
     """The fenced locations of faults.py's nginx: (path, store, extra,
     backend port).  /withdraw gives up after 1 s; /k/withdraw waits
-    (proxy_read_timeout 60s) with a short lease, for the worker kills."""
+    (proxy_read_timeout 60s) with a short lease, for the worker kills;
+    /s/withdraw goes through a sidecar, /sc/ (a location of the same
+    nginx without the module), which gives up after 1 s and answers 504;
+    /p/withdraw keeps its keys 5 s, in the store "purging" (purge=1s),
+    and /p2/withdraw, in the same table, an hour."""
     return [("/withdraw", "main", FENCE + ["proxy_read_timeout 1s"],
              BANK_PORT),
             ("/k/withdraw", "main", FENCE + [
                 "idempotency_lease %ds" % short_lease,
-                "proxy_read_timeout 60s"], BANK_PORT)]
+                "proxy_read_timeout 60s"], BANK_PORT),
+            ("/s/withdraw", "main", FENCE + [
+                "proxy_read_timeout 10s",
+                "rewrite ^/s/(.*)$ /sc/$1 break"], nginx_port),
+            ("/sc/", "off", ["proxy_read_timeout 1s"], BANK_PORT),
+            ("/p/withdraw", "purging", FENCE + [
+                "idempotency_ttl 5s", "idempotency_lease 3s",
+                "proxy_read_timeout 1s"], BANK_PORT),
+            ("/p2/withdraw", "purging", FENCE + [
+                "proxy_read_timeout 1s"], BANK_PORT)]
 
 
 def make_ops(faults, env, name, n, window, rng, path="/withdraw",
-             slow=None):
+             slow=None, amount=AMOUNT, at=0.0, accounts=True):
     """n withdrawals, each key from an account of its own (opened here);
     slow: a query parameter for all of them (delay=MS, hold=MS)."""
     ops = []
@@ -93,11 +106,13 @@ def make_ops(faults, env, name, n, window, rng, path="/withdraw",
         key = "%s-%s-%04d" % (env.run_id, name, i)
         clients = rng.choice((1, 1, 1, 2, 3))
         ops.append(load.Op(key, "%s?account=%s&amount=%d%s"
-                           % (path, key, AMOUNT,
+                           % (path, key, amount,
                               "&" + slow(i) if slow else ""),
                            b"{}", faults.NGINX_PORT,
-                           window * i / max(1, n) + rng.uniform(0, 0.05),
-                           clients))
+                           at + window * i / max(1, n)
+                           + rng.uniform(0, 0.05), clients))
+    if not accounts:
+        return ops
     values = ", ".join("('%s', %d)" % (o.key, BALANCE) for o in ops)
     faults.mysql_root(env.svc.db_sock, "INSERT INTO idempotency.accounts "
                       "VALUES %s" % values)
@@ -164,6 +179,50 @@ def scenarios(faults, env, short, rng):
                         path="/k/withdraw",
                         slow=lambda i: ("delay=5000", "hold=5000")[i % 2]),
                wkill))
+
+    # the fault is the backend's own answer: nothing else is done
+    def idle(nem):
+        nem.sleep(0.1)
+
+    # issue 43: the attempt that committed and answered a 5xx is fenced
+    # before the key runs again, and the retry finds the withdrawal's 201
+    sc.append(("fence-5xx-commit", "fenced withdrawals that answer 503 "
+               "after COMMIT (the commit's answer lost): fenced, then found",
+               make_ops(faults, env, "f5xx", n, w, rng,
+                        slow=lambda i: "lose=commit"), idle))
+    sc.append(("fence-sidecar-504", "fenced withdrawals through a sidecar "
+               "that answers 504 after 1 s while the bank answers 2 s after "
+               "COMMIT: released as a 5xx, fenced, then found",
+               make_ops(faults, env, "fside", n, w, rng, path="/s/withdraw",
+                        slow=lambda i: "linger=2000"), idle))
+
+    # a key's retention ends (5 s), the purge deletes its row, and the key
+    # is used for another withdrawal: a new use, with a marker of its own
+    # (kept an hour, so that the clients of the first use that ask again
+    # at the end are told key-reused, not run anew)
+    reuse = make_ops(faults, env, "freuse", n // 2, w / 2, rng,
+                     path="/p/withdraw")
+    reuse += make_ops(faults, env, "freuse", n // 2, w / 2, rng,
+                      path="/p2/withdraw", amount=2 * AMOUNT,
+                      at=w / 2 + 9.0, accounts=False)
+    sc.append(("fence-purge-reuse", "fenced keys kept 5 s, purged, then "
+               "used for another withdrawal: each use runs once", reuse,
+               idle))
+
+    # a fence storm on the keys' own store: withdrawals that hold their
+    # marker 6 s, retried by several clients each, while other keys, 4 s
+    # each (their lease renewed), must keep their leases and complete
+    storm = make_ops(faults, env, "fstorm-s", 2 * n, w / 2, rng,
+                     slow=lambda i: "hold=6000")
+    for o in storm:
+        o.clients = 3
+    storm += [load.Op("%s-fstorm-u-%04d" % (env.run_id, i),
+                      "/orders?delay=4000", b"{}", faults.NGINX_PORT,
+                      1.0 + w * i / n, 1) for i in range(n // 2)]
+    sc.append(("fence-storm", "a fence storm on the keys' store (%d keys "
+               "holding their marker 6 s, 3 clients each) while %d other "
+               "keys of 4 s run: theirs complete, no lease lost"
+               % (2 * n, n // 2), storm, idle))
     return sc
 
 
@@ -185,10 +244,55 @@ def classify(a):
         return "503"
     if st in (502, 504) and not pt:
         return "gateway"
+    if st >= 500 and pt and not pt.startswith("urn:ngx-idempotency:"):
+        # the backend's own 5xx (a 503 after its commit): passed on
+        return "gateway"
+    if st == 422 and pt.endswith("key-reused"):
+        # the first use's clients asking again after the key's new use
+        return "reused"
     return "other"
 
 
-def check_run(faults, env, rundir):
+def check_reuse(faults, env, answers, keys):
+    """fence-purge-reuse: each key withdrew 1, then (its row purged) 2;
+    both uses got a 2xx"""
+    problems = []
+    out = faults.mysql_root(env.svc.db_sock,
+                            "SELECT account, GROUP_CONCAT(amount ORDER BY id)"
+                            " FROM idempotency.withdrawals WHERE account LIKE"
+                            " '%s%%' GROUP BY account"
+                            % keys[0].rsplit("-", 1)[0])
+    amounts = dict(line.split("\t") for line in out.splitlines()
+                   if "\t" in line)
+    for k in keys:
+        if amounts.get(k) != "%d,%d" % (AMOUNT, 2 * AMOUNT):
+            problems.append("key %s: withdrawals %s, not %d then %d"
+                            % (k, amounts.get(k), AMOUNT, 2 * AMOUNT))
+    oks = {}
+    for a in answers:
+        if classify(a) in ("first", "replay"):
+            oks.setdefault(a["k"], set()).add(a.get("sha"))
+    for k in keys:
+        if len(oks.get(k, ())) < 2:
+            problems.append("key %s: not both uses answered 2xx" % k)
+    return problems
+
+
+def check_storm(meta, answers):
+    """fence-storm: the other keys were never refused for the store (503)
+    and no lease was lost while the fences stormed"""
+    problems = []
+    n503 = sum(1 for a in answers if "-fstorm-u-" in a["k"]
+               and classify(a) == "503")
+    if n503:
+        problems.append("%d answers 503 to keys not fenced" % n503)
+    for ngx, s in meta.get("errorlog", {}).items():
+        if s.get("lease lost"):
+            problems.append("%s: %d lease lost" % (ngx, s["lease lost"]))
+    return problems
+
+
+def check_run(faults, env, rundir, name=""):
     """The row of check.table() for a fence scenario, from the answers
     and the bank's withdrawals."""
     meta = json.load(open(os.path.join(rundir, "meta.json")))
@@ -217,15 +321,28 @@ def check_run(faults, env, rundir):
     problems = []
     limit = meta["heal"] + meta["bound"]
     unanswered = 0
+    uses = 2 if name == "fence-purge-reuse" else 1
+    if name == "fence-purge-reuse":
+        problems += check_reuse(faults, env, answers, keys)
+    if name == "fence-storm":
+        problems += check_storm(meta, answers)
     for k in keys:
         n, s = ran.get(k, 0), seen.get(k, set())
-        if n > 1:
+        if "-fstorm-u-" in k:
+            if not {"first", "replay"} & s:
+                problems.append("key %s (not fenced): no 2xx" % k)
+            continue
+        if n > uses:
             problems.append("key %s: %d withdrawals" % (k, n))
-        if s & {"first", "replay", "executed"} and n != 1:
+        if s & {"first", "replay", "executed"} and n != uses:
             problems.append("key %s: answered %s with %d withdrawals"
                             % (k, "/".join(sorted(s)), n))
         if {"first", "replay"} & s and "executed" in s:
             problems.append("key %s: answered both 201 and 410" % k)
+        if "executed" in s and name in ("fence-5xx-commit",
+                                        "fence-sidecar-504"):
+            problems.append("key %s: 410, not the withdrawal's own answer"
+                            % k)
         t = first_final.get(k)
         if t is None or t > limit:
             unanswered += 1
