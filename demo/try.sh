@@ -35,9 +35,11 @@ steps=(
     "curl -i -X POST 'http://127.0.0.1:$N/withdraw?account=alice&amount=10' -H 'Idempotency-Key: w-2' -H 'X-Withdraw-Hook: pause=6000&pause_at=marker'"
     "# 10. retry while its transaction is open: 502 outcome-unknown, Retry-After: 1, X-Should-Retry: true"
     "curl -i -X POST 'http://127.0.0.1:$N/withdraw?account=alice&amount=10' -H 'Idempotency-Key: w-2'"
-    "# 11. once it has committed: 410 outcome-executed, with the withdrawal's URI"
+    "# 11. once it has committed: the withdrawal's own 201 (found: the bank answers from its record)"
     "sleep 4; curl -i -X POST 'http://127.0.0.1:$N/withdraw?account=alice&amount=10' -H 'Idempotency-Key: w-2'"
-    "# 12. alice's account: one withdrawal per key (the epoch-1 run of w-1 was refused by its marker)"
+    "# 12. and every retry after it: that 201 again, replayed"
+    "curl -i -X POST 'http://127.0.0.1:$N/withdraw?account=alice&amount=10' -H 'Idempotency-Key: w-2'"
+    "# 13. alice's account: one withdrawal per key (the epoch-1 run of w-1 was refused by its marker)"
     "curl http://127.0.0.1:$N/accounts/alice"
 )
 
