@@ -39,7 +39,7 @@ sub fence_location {
     location $path {
         idempotency @{[ $o{store} // 'main' ]};
         idempotency_fence $fence;
-        idempotency_lease 6s;
+        idempotency_lease @{[ $o{lease} // '6s' ]};
         idempotency_epoch_header Idempotency-Epoch;
         proxy_set_header Idempotency-Marker \$idempotency_marker;
         proxy_read_timeout @{[ $o{read_timeout} // '1s' ]};
@@ -51,17 +51,18 @@ sub fence_location {
 }
 
 sub config {
-    return fence_location('/withdraw')
+    my (%l) = @_;
+    return fence_location('/withdraw', %l)
          . fence_location('/sidecar/withdraw',
                           pass => "http://127.0.0.1:$SIDECAR/withdraw",
-                          read_timeout => '10s')
+                          read_timeout => '10s', %l)
          . fence_location('/other/withdraw', store => 'other',
-                          pass => "http://127.0.0.1:$Bank::PORT/withdraw")
+                          pass => "http://127.0.0.1:$Bank::PORT/withdraw", %l)
          . fence_location('/few/withdraw',
                           pass => "http://127.0.0.1:$Bank::PORT/withdraw",
-                          extra => 'idempotency_max_attempts 2;')
+                          extra => 'idempotency_max_attempts 2;', %l)
          . fence_location('/nofind/withdraw', fence => 'main find=off',
-                          pass => "http://127.0.0.1:$Bank::PORT/withdraw")
+                          pass => "http://127.0.0.1:$Bank::PORT/withdraw", %l)
          . qq{
     location /a {
         idempotency main;
@@ -78,7 +79,8 @@ sub config {
 }
 
 sub http_config {
-    return IdemTest::store_config()
+    my (%o) = @_;
+    return IdemTest::store_config(%o)
          . "idempotency_store other mysql=127.0.0.1:\$TEST_NGINX_MYSQL_PORT"
          . " user=\$TEST_NGINX_MYSQL_USER password=\$TEST_NGINX_MYSQL_PASSWORD"
          . " database=\$TEST_NGINX_MYSQL_DB table=$OTHER;\n"
@@ -316,3 +318,46 @@ x
 X-Epoch: 999
 --- response_body
 epoch=[]
+
+
+
+=== TEST 12: a fence storm on the keys' own store: fences past a quarter of the pool are undecided at once, and another key's claim, renewals and completion go on
+--- http_config eval
+main::http_config(pool => 4, query_timeout => '4s')
+--- init
+my @stuck = map { "t049-12-$_" } 1 .. 6;
+my @pids;
+for my $k (@stuck) {
+    main::open_account($k);
+    main::orphan_row($k, 3);
+    # each epoch 1 holds its marker (uncommitted) for 5 s
+    push @pids, main::old_execution($k, 'pause=5000&pause_at=marker', 'marker');
+}
+my $other = 't049-12-other';
+my $slow = IdemTest::bg_request('POST', '/orders?delay=3000', $other, 'x', 0);
+my @retries;
+for my $k (@stuck) {
+    push @retries, IdemTest::bg_request('POST', "/withdraw?account=$k&amount=10",
+                                        $k, 'x', 0);
+}
+waitpid($_, 0) for @retries;
+waitpid($slow, 0);
+waitpid($_, 0) for @pids;
+is(sql("SELECT state FROM idempotency_keys WHERE key_hash = X'"
+       . key_hash_hex($other) . "'"), "1\n",
+   'the other key completed meanwhile');
+my $r = TierTest::http_req(key => $other, uri => '/orders?delay=3000',
+                           body => 'x');
+is("$r->{status} " . main::hdr($r, 'Idempotent-Replayed'), '201 true',
+   '... and is replayed');
+for my $k (@stuck) {
+    $r = main::withdraw($k);
+    is($r->{status}, 201, "$k: once its marker committed, found");
+}
+--- config eval
+main::config(lease => '12s')
+. IdemTest::orders_location(idempotency_lease => '12s')
+--- error_log
+fences in flight (a quarter of pool=)
+--- no_error_log
+lease lost
