@@ -17,7 +17,8 @@
 #   3. a path with a space: make stops at once with a message that says
 #      so, before configure.
 #
-# The clones use ports of their own (PATHS_PORT_BASE, default 23300), so
+# The clones use ports of their own (PATHS_PORT_BASE, default 23300, and
+# PATHS_NGINX_PORT, default 2084, for Test::Nginx), so
 # that the services of this checkout may run meanwhile; everything goes
 # at the end, pass or fail.  Needs the packages of scripts/deps.sh.
 
@@ -31,7 +32,9 @@ PORTS=(MYSQL_PORT=$((BASE + 7)) MYSQL2_PORT=$((BASE + 8))
        REDIS_PORT=$((BASE + 80)) DEMO_PORT=$((BASE + 10))
        BACKEND_PORT=$((BASE + 11)) TEST_BACKEND_PORT=$((BASE + 21))
        PHPFPM_PORT=$((BASE + 24)) UWSGI_PORT=$((BASE + 25))
-       TEST_GRPC_PORT=$((BASE + 23)) TEST_NGINX_PORT=$((BASE + 84)))
+       TEST_GRPC_PORT=$((BASE + 23))
+       # below 6554: t/000 listens on ten times it plus one
+       TEST_NGINX_PORT=${PATHS_NGINX_PORT:-2084})
 
 # the clones' tests run under the Test::Nginx this checkout's run under
 # (scripts/run-tests.sh): an installed one, or the copy beside it

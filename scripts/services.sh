@@ -780,7 +780,7 @@ appsrv_stop() {
     else
         echo "$AS_NAME: not running"
     fi
-    rm -f "$AS_PID"
+    rm -f "$AS_PID" "$AS_DIR/sock/fcgi.sock"
     [ -z "$AS_TERM_SOCK" ] || rm -f "$AS_TERM_SOCK"
 }
 
