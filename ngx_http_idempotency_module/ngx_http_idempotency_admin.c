@@ -52,6 +52,7 @@
 #define NGX_HTTP_IDEMPOTENCY_ADMIN_LIST       1
 #define NGX_HTTP_IDEMPOTENCY_ADMIN_RELEASE    2
 #define NGX_HTTP_IDEMPOTENCY_ADMIN_FORGET     3
+#define NGX_HTTP_IDEMPOTENCY_ADMIN_NACTIONS   4
 
 #define NGX_HTTP_IDEMPOTENCY_ADMIN_LIMIT      100
 #define NGX_HTTP_IDEMPOTENCY_ADMIN_LIMIT_MAX  1000
@@ -185,29 +186,41 @@ static void ngx_http_idempotency_admin_finalize(
 static void ngx_http_idempotency_admin_cleanup(void *data);
 
 
+/*
+ * The closed lists of this file, each indexed by its constants above and
+ * checked at build time to have an entry for each (module.h)
+ */
+
+/* by NGX_HTTP_IDEMPOTENCY_ADMIN_A_*, and the end */
 static ngx_str_t  ngx_http_idempotency_admin_args[] = {
-    ngx_string("hash"),
-    ngx_string("key"),
-    ngx_string("scope"),
-    ngx_string("list"),
-    ngx_string("limit"),
-    ngx_string("action"),
-    ngx_string("version"),
-    ngx_null_string
+    [NGX_HTTP_IDEMPOTENCY_ADMIN_A_HASH] = ngx_string("hash"),
+    [NGX_HTTP_IDEMPOTENCY_ADMIN_A_KEY] = ngx_string("key"),
+    [NGX_HTTP_IDEMPOTENCY_ADMIN_A_SCOPE] = ngx_string("scope"),
+    [NGX_HTTP_IDEMPOTENCY_ADMIN_A_LIST] = ngx_string("list"),
+    [NGX_HTTP_IDEMPOTENCY_ADMIN_A_LIMIT] = ngx_string("limit"),
+    [NGX_HTTP_IDEMPOTENCY_ADMIN_A_ACTION] = ngx_string("action"),
+    [NGX_HTTP_IDEMPOTENCY_ADMIN_A_VERSION] = ngx_string("version"),
+    [NGX_HTTP_IDEMPOTENCY_ADMIN_NARGS] = ngx_null_string
 };
+
+NGX_HTTP_IDEMPOTENCY_TABLE_CHECK(ngx_http_idempotency_admin_args,
+                                 NGX_HTTP_IDEMPOTENCY_ADMIN_NARGS + 1);
 
 
 /* by NGX_HTTP_IDEMPOTENCY_ROW_*, and a state no version of the module
  * writes */
 static ngx_str_t  ngx_http_idempotency_admin_states[] = {
-    ngx_string("in_progress"),
-    ngx_string("completed"),
-    ngx_string("not_stored"),
-    ngx_string("unknown"),
-    ngx_string("released"),
-    ngx_string("executed"),
-    ngx_string("invalid")
+    [NGX_HTTP_IDEMPOTENCY_ROW_PROGRESS] = ngx_string("in_progress"),
+    [NGX_HTTP_IDEMPOTENCY_ROW_DONE] = ngx_string("completed"),
+    [NGX_HTTP_IDEMPOTENCY_ROW_UNSTORED] = ngx_string("not_stored"),
+    [NGX_HTTP_IDEMPOTENCY_ROW_UNKNOWN] = ngx_string("unknown"),
+    [NGX_HTTP_IDEMPOTENCY_ROW_RELEASED] = ngx_string("released"),
+    [NGX_HTTP_IDEMPOTENCY_ROW_EXECUTED] = ngx_string("executed"),
+    [NGX_HTTP_IDEMPOTENCY_ROW_EXECUTED + 1] = ngx_string("invalid")
 };
+
+NGX_HTTP_IDEMPOTENCY_TABLE_CHECK(ngx_http_idempotency_admin_states,
+                                 NGX_HTTP_IDEMPOTENCY_ROW_EXECUTED + 2);
 
 #define ngx_http_idempotency_admin_state(state)                              \
     (&ngx_http_idempotency_admin_states[                                     \
@@ -217,18 +230,37 @@ static ngx_str_t  ngx_http_idempotency_admin_states[] = {
 
 /* by NGX_HTTP_IDEMPOTENCY_ADMIN_*: an op's name, and the changes' words */
 static const char  *ngx_http_idempotency_admin_names[] = {
-    "admin show", "admin list", "admin release", "admin forget"
+    [NGX_HTTP_IDEMPOTENCY_ADMIN_SHOW] = "admin show",
+    [NGX_HTTP_IDEMPOTENCY_ADMIN_LIST] = "admin list",
+    [NGX_HTTP_IDEMPOTENCY_ADMIN_RELEASE] = "admin release",
+    [NGX_HTTP_IDEMPOTENCY_ADMIN_FORGET] = "admin forget"
 };
 
+NGX_HTTP_IDEMPOTENCY_TABLE_CHECK(ngx_http_idempotency_admin_names,
+                                 NGX_HTTP_IDEMPOTENCY_ADMIN_NACTIONS);
+
 static const char  *ngx_http_idempotency_admin_done[] = {
-    NULL, NULL, "released", "forgotten"
+    [NGX_HTTP_IDEMPOTENCY_ADMIN_SHOW] = NULL,
+    [NGX_HTTP_IDEMPOTENCY_ADMIN_LIST] = NULL,
+    [NGX_HTTP_IDEMPOTENCY_ADMIN_RELEASE] = "released",
+    [NGX_HTTP_IDEMPOTENCY_ADMIN_FORGET] = "forgotten"
 };
+
+NGX_HTTP_IDEMPOTENCY_TABLE_CHECK(ngx_http_idempotency_admin_done,
+                                 NGX_HTTP_IDEMPOTENCY_ADMIN_NACTIONS);
 
 
 /* by op->rc, for the error log and 503's detail */
 static const char  *ngx_http_idempotency_admin_rcs[] = {
-    "ok", "SQL error", "server down", "timed out", "no connection free"
+    [NGX_HTTP_IDEMPOTENCY_OP_OK] = "ok",
+    [NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR] = "SQL error",
+    [NGX_HTTP_IDEMPOTENCY_OP_DOWN] = "server down",
+    [NGX_HTTP_IDEMPOTENCY_OP_TIMEOUT] = "timed out",
+    [NGX_HTTP_IDEMPOTENCY_OP_BUSY] = "no connection free"
 };
+
+NGX_HTTP_IDEMPOTENCY_TABLE_CHECK(ngx_http_idempotency_admin_rcs,
+                                 NGX_HTTP_IDEMPOTENCY_OP_BUSY + 1);
 
 
 /* the row's members, column by column */
@@ -247,6 +279,10 @@ static ngx_http_idempotency_admin_member_t  ngx_http_idempotency_admin_members[]
     { ngx_string("version"), NGX_HTTP_IDEMPOTENCY_ADMIN_J_TEXT },
     { ngx_null_string, 0 }
 };
+
+/* a member for each column of the operator's row (sql.h), and the end */
+NGX_HTTP_IDEMPOTENCY_TABLE_CHECK(ngx_http_idempotency_admin_members,
+                                 NGX_HTTP_IDEMPOTENCY_ADMIN_F_COUNT + 1);
 
 
 char *

@@ -234,10 +234,11 @@ ngx_http_idempotency_claim_step(ngx_http_request_t *r,
 /*
  * The owner token, drawn before the request's first claim and kept for
  * its later ones: a duplicate that a tier answers never claims.  Tokens
- * come from a per-process pool that RAND_bytes() fills TOKENS at a time:
+ * come from a per-process reserve that RAND_bytes() fills TOKENS at a
+ * time:
  * each call has a fixed cost (locks, the DRBG's checks, a getpid() for
  * its fork test) many times that of 16 bytes, and was one of the dearest
- * steps of a first request.  The pool remembers the pid that filled it,
+ * steps of a first request.  The reserve remembers the pid that filled it,
  * so a process never hands out tokens drawn before it was forked.
  */
 
@@ -250,15 +251,15 @@ ngx_http_idempotency_token(ngx_http_idempotency_ctx_t *ctx)
 
     static ngx_pid_t   pid;
     static ngx_uint_t  left;
-    static u_char      pool[NGX_HTTP_IDEMPOTENCY_TOKENS
-                            * NGX_HTTP_IDEMPOTENCY_TOKEN_LEN];
+    static u_char      reserve[NGX_HTTP_IDEMPOTENCY_TOKENS
+                               * NGX_HTTP_IDEMPOTENCY_TOKEN_LEN];
 
     if (ctx->has_token) {
         return NGX_OK;
     }
 
     if (left == 0 || pid != ngx_pid) {
-        if (RAND_bytes(pool, sizeof(pool)) != 1) {
+        if (RAND_bytes(reserve, sizeof(reserve)) != 1) {
             left = 0;
             return NGX_ERROR;
         }
@@ -267,9 +268,9 @@ ngx_http_idempotency_token(ngx_http_idempotency_ctx_t *ctx)
         left = NGX_HTTP_IDEMPOTENCY_TOKENS;
     }
 
-    /* each token is handed out once: its bytes leave the pool */
+    /* each token is handed out once: its bytes leave the reserve */
 
-    p = pool + --left * NGX_HTTP_IDEMPOTENCY_TOKEN_LEN;
+    p = reserve + --left * NGX_HTTP_IDEMPOTENCY_TOKEN_LEN;
     ngx_memcpy(ctx->token, p, NGX_HTTP_IDEMPOTENCY_TOKEN_LEN);
     ngx_memzero(p, NGX_HTTP_IDEMPOTENCY_TOKEN_LEN);
 
@@ -1064,6 +1065,11 @@ ngx_http_idempotency_hold_or_conflict(ngx_http_request_t *r,
     if (ngx_http_idempotency_hold(ctx, ngx_http_idempotency_decide)
         == NGX_AGAIN)
     {
+        /* the poll that ends the hold is a claim of its own: its steps
+         * and lost races count from zero */
+        ctx->claim.tries = 0;
+        ctx->claim.lost = 0;
+
         return NGX_AGAIN;
     }
 

@@ -9,10 +9,11 @@
  * ngx_http_idempotency_module: fence or find.
  *
  * The marker table lives where "idempotency_fence" says: a store (its
- * servers, account, shards, pool and query_timeout), usually one for the
- * backend's own database, and a table in it.  The fence is one text
- * round trip (sql.c) and runs only off the hot path: when a retry finds
- * its key of unknown outcome, or a dead owner's lease.  What it finds
+ * servers, account, shards, connections and query_timeout), usually one
+ * for the backend's own database, and a table in it.  The fence is one
+ * text round trip (sql.c) and runs only off the hot path: when a retry
+ * finds its key of unknown outcome, a dead owner's lease, or a released
+ * key.  What it finds
  * goes back to the claim through the next() it was given.
  */
 
@@ -132,12 +133,12 @@ ngx_http_idempotency_fence(ngx_http_idempotency_ctx_t *ctx,
 
     /*
      * Fences come in storms (every retry of a stuck key fences) and may
-     * each wait on a row lock: a quarter of the pool at most, so that the
-     * renewals and completions of other keys on the same store keep
-     * their connections.  A fence over the bound is undecided at once.
+     * each wait on a row lock: a quarter of the connections at most, so
+     * that the renewals and completions of other keys on the same store
+     * keep theirs.  A fence over the bound is undecided at once.
      */
 
-    max = ngx_max(store->pool_size / 4, 1);
+    max = ngx_max(store->conns_max / 4, 1);
 
     if (shard->fences >= max) {
         ngx_http_idempotency_fence_busy(ctx, shard, max);
@@ -199,8 +200,9 @@ ngx_http_idempotency_fence_busy(ngx_http_idempotency_ctx_t *ctx,
 
     ngx_log_error(NGX_LOG_WARN, ctx->request->connection->log, 0,
                   "idempotency fence \"%V\" mysql=%V: %ui fences in flight "
-                  "(a quarter of pool=): epoch %ui of key %V is left "
-                  "undecided, and %ui more since the last such line",
+                  "(a quarter of its connections, pool=): epoch %ui of key "
+                  "%V is left undecided, and %ui more since the last such "
+                  "line",
                   &ctx->conf->fence->name, &shard->name, max, ctx->epoch,
                   &ctx->key_id, quiet);
 

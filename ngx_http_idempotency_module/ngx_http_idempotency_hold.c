@@ -55,8 +55,6 @@ ngx_http_idempotency_hold(ngx_http_idempotency_ctx_t *ctx,
     ctx->state = NGX_HTTP_IDEMPOTENCY_S_HELD;
     ctx->next = next;
     ctx->hold.poll_at = ngx_current_msec + delay;
-    ctx->claim.tries = 0;
-    ctx->claim.lost = 0;
 
     ctx->wait_ev.handler = ngx_http_idempotency_hold_handler;
     ctx->wait_ev.data = ctx;

@@ -149,7 +149,7 @@ ngx_http_idempotency_metrics_block(ngx_slab_pool_t *shpool,
 
     size = sizeof(ngx_http_idempotency_metrics_t)
            + (n * NGX_HTTP_IDEMPOTENCY_MAX_WORKERS - 1)
-             * sizeof(ngx_http_idempotency_pool_slot_t);
+             * sizeof(ngx_http_idempotency_conns_slot_t);
 
     m = ngx_slab_calloc(shpool, size);
     if (m == NULL) {

@@ -52,7 +52,7 @@ typedef struct {
     ngx_atomic_t                    idle;
     ngx_atomic_t                    busy;
     ngx_atomic_t                    queued;
-} ngx_http_idempotency_pool_slot_t;
+} ngx_http_idempotency_conns_slot_t;
 
 
 /* one worker's gauges of one store */
@@ -94,7 +94,7 @@ struct ngx_http_idempotency_metrics_s {
                                        NGX_HTTP_IDEMPOTENCY_MAX_WORKERS];
 
     /* nservers times MAX_WORKERS slots, server by server */
-    ngx_http_idempotency_pool_slot_t    pools[1];
+    ngx_http_idempotency_conns_slot_t    pools[1];
 };
 
 

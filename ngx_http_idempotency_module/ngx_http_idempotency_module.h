@@ -130,7 +130,7 @@ struct ngx_http_idempotency_store_s {
     ngx_str_t                       password;  /* NUL-ended, never logged */
     ngx_str_t                       database;  /* NUL-ended */
     ngx_str_t                       table;     /* checked: [A-Za-z0-9_] */
-    ngx_uint_t                      pool_size;
+    ngx_uint_t                      conns_max;
     ngx_uint_t                      wait_queue;
     ngx_msec_t                      connect_timeout;
     ngx_msec_t                      query_timeout;

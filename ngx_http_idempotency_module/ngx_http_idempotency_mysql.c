@@ -421,7 +421,7 @@ ngx_http_idempotency_op_run(ngx_http_idempotency_op_t *op)
             return;
         }
 
-    } else if (conns->nconns < store->pool_size
+    } else if (conns->nconns < store->conns_max
                && !(conns->outage.down && conns->nconnect))
     {
         /* a new connection will be made for it */
@@ -435,7 +435,7 @@ ngx_http_idempotency_op_run(ngx_http_idempotency_op_t *op)
         && conns->nwaiting >= store->wait_queue + conns->nunbound)
     {
         ngx_log_debug3(NGX_LOG_DEBUG_HTTP, op->log, 0,
-                       "idempotency mysql %s: pool busy, "
+                       "idempotency mysql %s: connections busy, "
                        "%ui connections, %ui waiting",
                        op->name, conns->nconns, conns->nwaiting);
 
@@ -599,12 +599,12 @@ ngx_http_idempotency_op_detach(ngx_http_idempotency_op_t *op)
 
 void
 ngx_http_idempotency_mysql_stats(ngx_http_idempotency_shard_t *shard,
-    ngx_http_idempotency_pool_stats_t *st)
+    ngx_http_idempotency_conns_stats_t *st)
 {
     ngx_queue_t                         *q;
     ngx_http_idempotency_mysql_conns_t  *conns;
 
-    ngx_memzero(st, sizeof(ngx_http_idempotency_pool_stats_t));
+    ngx_memzero(st, sizeof(ngx_http_idempotency_conns_stats_t));
     st->up = 1;
 
     conns = shard->conns;
@@ -770,7 +770,7 @@ static void
 ngx_http_idempotency_mysql_kick(ngx_http_idempotency_mysql_conns_t *conns)
 {
     while (conns->nwaiting > conns->nunbound
-           && conns->nconns < conns->store->pool_size)
+           && conns->nconns < conns->store->conns_max)
     {
         if (ngx_http_idempotency_outage_backoff(&conns->outage)) {
             if (conns->nconns == 0) {

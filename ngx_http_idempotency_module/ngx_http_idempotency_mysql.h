@@ -195,12 +195,12 @@ typedef struct {
     ngx_uint_t                            idle;
     ngx_uint_t                            busy;
     ngx_uint_t                            queued;
-} ngx_http_idempotency_pool_stats_t;
+} ngx_http_idempotency_conns_stats_t;
 
 
 /* this worker's connections to a server, for metrics */
 void ngx_http_idempotency_mysql_stats(ngx_http_idempotency_shard_t *shard,
-    ngx_http_idempotency_pool_stats_t *st);
+    ngx_http_idempotency_conns_stats_t *st);
 
 /* worker exit: close every connection of every store */
 void ngx_http_idempotency_mysql_exit(ngx_cycle_t *cycle);

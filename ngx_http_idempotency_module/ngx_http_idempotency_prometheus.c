@@ -218,13 +218,13 @@ static void
 ngx_http_idempotency_metrics_publish(ngx_cycle_t *cycle)
 {
     ngx_uint_t                          i, j, w, n;
-    ngx_http_idempotency_pool_slot_t   *ps;
+    ngx_http_idempotency_conns_slot_t   *ps;
     ngx_http_idempotency_store_t      **stores;
     ngx_http_idempotency_metrics_t     *m;
     ngx_http_idempotency_shard_t       *shards;
     ngx_http_idempotency_main_conf_t   *imcf;
     ngx_http_idempotency_worker_slot_t *ws;
-    ngx_http_idempotency_pool_stats_t   st;
+    ngx_http_idempotency_conns_stats_t   st;
 
     imcf = ngx_http_cycle_get_module_main_conf(cycle,
                                                ngx_http_idempotency_module);
@@ -677,7 +677,7 @@ ngx_http_idempotency_metrics_servers(ngx_http_idempotency_mout_t *mo)
     ngx_atomic_uint_t                   v[4];
     ngx_http_idempotency_shard_t       *shards;
     ngx_http_idempotency_metrics_t     *m;
-    ngx_http_idempotency_pool_slot_t   *ps;
+    ngx_http_idempotency_conns_slot_t   *ps;
 
     static const char  *families[][3] = {
         { "nginx_idempotency_mysql_up", "gauge",

@@ -148,7 +148,7 @@ static ngx_http_idempotency_store_param_t
       offsetof(ngx_http_idempotency_store_t, table), 1, 64, 0 },
 
     { ngx_string("pool"), ngx_http_idempotency_param_num,
-      offsetof(ngx_http_idempotency_store_t, pool_size), 1, 65535, 0 },
+      offsetof(ngx_http_idempotency_store_t, conns_max), 1, 65535, 0 },
 
     { ngx_string("wait_queue"), ngx_http_idempotency_param_num,
       offsetof(ngx_http_idempotency_store_t, wait_queue), 0, 65535, 0 },
@@ -420,7 +420,7 @@ ngx_http_idempotency_find_store(ngx_conf_t *cf, ngx_str_t *name)
 
     store->name = *name;
     ngx_str_set(&store->table, "idempotency_keys");
-    store->pool_size = 16;
+    store->conns_max = 16;
     store->wait_queue = 256;
     store->connect_timeout = 1000;
     store->query_timeout = 2000;

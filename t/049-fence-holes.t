@@ -358,6 +358,6 @@ for my $k (@stuck) {
 main::config(lease => '12s')
 . IdemTest::orders_location(idempotency_lease => '12s')
 --- error_log
-fences in flight (a quarter of pool=)
+fences in flight (a quarter of its connections, pool=)
 --- no_error_log
 lease lost
