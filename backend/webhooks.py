@@ -23,7 +23,7 @@ provider's acknowledgement:
     twilio    200 empty TwiML            I-Twilio-Idempotency-Token
     standard  200, empty                 webhook-signature, webhook-id
     gitlab    200 {"ok":true}            Idempotency-Key
-    orders    201 {"order":...}          user= argument, order.number
+    orders    201 {"order":...}          X-Remote-User, order.number
 
 delay=MS sleeps first (a slow receiver, refusals included), status=N
 answers N instead (counted, as an execution that failed).  Standard
@@ -88,7 +88,7 @@ PROVIDERS = {
                  (200, None, b"")),
     "gitlab": (lambda h, b, q: h.get("Idempotency-Key"),
                (200, "application/json", b'{"ok":true}')),
-    "orders": (lambda h, b, q: "%s:%s" % (q.get("user"),
+    "orders": (lambda h, b, q: "%s:%s" % (h.get("X-Remote-User"),
                                           _get(_json(b), "order", "number")),
                None),
 }
