@@ -49,7 +49,11 @@ ngx_http_idempotency_walk_init(ngx_http_idempotency_walk_t *w,
 }
 
 
-/* a local file read, as nginx's own modules do without aio */
+/*
+ * A local file read, as nginx's own modules do without aio; a slice is
+ * one read, so that a JSON string the reads cut is seldom cut (json.c:
+ * yajl reads such a token again from its start)
+ */
 
 ngx_int_t
 ngx_http_idempotency_walk(ngx_http_idempotency_walk_t *w)
@@ -58,7 +62,7 @@ ngx_http_idempotency_walk(ngx_http_idempotency_walk_t *w)
     ssize_t     n;
     ngx_buf_t  *b;
 
-    static u_char  buf[65536];
+    static u_char  buf[512 * 1024];
 
     left = ngx_http_idempotency_hash_slice;
 

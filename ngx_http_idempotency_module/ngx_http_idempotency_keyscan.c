@@ -29,6 +29,17 @@
 /* a part's bytes kept: one more than a key part may have */
 #define NGX_HTTP_IDEMPOTENCY_PART_KEEP   (NGX_HTTP_IDEMPOTENCY_KEY_MAX + 1)
 
+/*
+ * yajl reads a token cut by a piece's end again from its start with the
+ * next piece: a long string in many small pieces would cost the square
+ * of its length.  Pieces under this size are gathered first, in a stage
+ * that doubles each time it is fed, so that a token is read again a few
+ * times at most, whatever the pieces (the fuzzer makes it small).
+ */
+#ifndef NGX_HTTP_IDEMPOTENCY_STAGE
+#define NGX_HTTP_IDEMPOTENCY_STAGE       (64 * 1024)
+#endif
+
 
 /* what the body gave a path or a field */
 typedef struct {
@@ -44,6 +55,9 @@ struct ngx_http_idempotency_keyscan_s {
     ngx_http_idempotency_keysrc_t      *conf;
     ngx_http_idempotency_json_t        *json;
     off_t                               size;      /* bytes seen */
+    u_char                             *stage;     /* small pieces */
+    size_t                              staged;
+    size_t                              stage_size;
 
     ngx_http_idempotency_found_t       *paths;     /* by JSON path */
     ngx_http_idempotency_found_t       *fields;    /* by form field */
@@ -59,6 +73,8 @@ struct ngx_http_idempotency_keyscan_s {
 };
 
 
+static ngx_int_t ngx_http_idempotency_keyscan_json(
+    ngx_http_idempotency_keyscan_t *scan, u_char *p, size_t len);
 static void ngx_http_idempotency_keyscan_found(void *data, ngx_uint_t i,
     ngx_uint_t kind, u_char *p, size_t len);
 static ngx_int_t ngx_http_idempotency_keyscan_keep(ngx_pool_t *pool,
@@ -196,8 +212,7 @@ ngx_http_idempotency_keyscan_feed(void *data, u_char *p, size_t len)
 {
     ngx_http_idempotency_keyscan_t  *scan = data;
 
-    u_char     *last;
-    ngx_int_t   rc;
+    u_char  *last;
 
     scan->size += len;
 
@@ -207,12 +222,10 @@ ngx_http_idempotency_keyscan_feed(void *data, u_char *p, size_t len)
         return NGX_OK;
     }
 
-    if (scan->json) {
-        rc = ngx_http_idempotency_json_feed(scan->json, p, len);
-
-        if (rc == NGX_ERROR) {
-            return NGX_ERROR;
-        }
+    if (scan->json
+        && ngx_http_idempotency_keyscan_json(scan, p, len) != NGX_OK)
+    {
+        return NGX_ERROR;
     }
 
     if (scan->conf->nfields) {
@@ -235,7 +248,8 @@ ngx_http_idempotency_keyscan_end(ngx_http_idempotency_keyscan_t *scan)
     }
 
     if (scan->json
-        && ngx_http_idempotency_json_end(scan->json) == NGX_ERROR)
+        && (ngx_http_idempotency_keyscan_json(scan, NULL, 0) != NGX_OK
+            || ngx_http_idempotency_json_end(scan->json) == NGX_ERROR))
     {
         return NGX_ERROR;
     }
@@ -382,6 +396,65 @@ ngx_http_idempotency_key_compose(ngx_pool_t *pool, ngx_str_t *parts,
     key->len = p - key->data;
 
     return NGX_OK;
+}
+
+
+/*
+ * A piece to the parser: a large one as it is, small ones gathered into
+ * the stage first; p NULL: what is staged, at the body's end
+ */
+
+static ngx_int_t
+ngx_http_idempotency_keyscan_json(ngx_http_idempotency_keyscan_t *scan,
+    u_char *p, size_t len)
+{
+    if (p && len < NGX_HTTP_IDEMPOTENCY_STAGE) {
+
+        if (scan->stage_size - scan->staged < len) {
+            if (scan->staged
+                && ngx_http_idempotency_keyscan_json(scan, NULL, 0)
+                   != NGX_OK)
+            {
+                return NGX_ERROR;
+            }
+
+            scan->stage_size = scan->stage_size
+                               ? ngx_min(2 * scan->stage_size,
+                                         scan->conf->max_body)
+                               : NGX_HTTP_IDEMPOTENCY_STAGE;
+            scan->stage_size = ngx_max(scan->stage_size, len);
+
+            scan->stage = ngx_pnalloc(scan->pool, scan->stage_size);
+            if (scan->stage == NULL) {
+                return NGX_ERROR;
+            }
+        }
+
+        ngx_memcpy(scan->stage + scan->staged, p, len);
+        scan->staged += len;
+
+        return NGX_OK;
+    }
+
+    /* a large piece, or the end: what is staged goes first */
+
+    if (scan->staged) {
+        if (ngx_http_idempotency_json_feed(scan->json, scan->stage,
+                                           scan->staged)
+            == NGX_ERROR)
+        {
+            return NGX_ERROR;
+        }
+
+        scan->staged = 0;
+    }
+
+    if (p == NULL) {
+        return NGX_OK;
+    }
+
+    return ngx_http_idempotency_json_feed(scan->json, p, len) == NGX_ERROR
+           ? NGX_ERROR : NGX_OK;
 }
 
 

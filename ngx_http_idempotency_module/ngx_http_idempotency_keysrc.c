@@ -98,8 +98,12 @@ ngx_http_idempotency_key_directive(ngx_conf_t *cf, ngx_command_t *cmd,
 
             ks->max_body = ngx_parse_size(&s);
 
-            if (ks->max_body == (size_t) NGX_ERROR || ks->max_body == 0) {
-                err = "max_body= must be a size, such as 64k or 1m";
+            /* the parse of a body is bounded by it (keyscan.c) */
+
+            if (ks->max_body == (size_t) NGX_ERROR || ks->max_body == 0
+                || ks->max_body > 8 * 1024 * 1024)
+            {
+                err = "max_body= must be a size up to 8m, such as 64k or 1m";
                 goto invalid;
             }
 

@@ -18,7 +18,8 @@ sub loc {
          . "        idempotency main;\n"
          . "        idempotency_key $src;\n"
          . join('', map { "        $_;\n" } @more)
-         . "        proxy_set_header Idempotency-Key \$idempotency_key;\n"
+         . ((grep { /^proxy_set_header Idempotency-Key/ } @more) ? ''
+            : "        proxy_set_header Idempotency-Key \$idempotency_key;\n")
          . "        proxy_pass http://backend;\n"
          . "        add_header X-Idem \$idempotency_status always;\n"
          . "        add_header X-Key \$idempotency_key always;\n"
@@ -37,7 +38,8 @@ our $Config = join '',
     loc('composed', '$arg_user json=order.number', 'idempotency_required on'),
     loc('mapped', '$tenant $arg_order', 'idempotency_required on'),
     loc('form', 'form=notify_id', 'idempotency_required on'),
-    loc('optional', 'json=id'),
+    loc('optional', 'json=id',
+        'proxy_set_header Idempotency-Key "$idempotency_key$arg_count_as"'),
     loc('small', 'json=id max_body=64', 'idempotency_required on'),
     loc('hvar', '$http_idempotency_key', 'idempotency_fingerprint off'),
     loc('big', 'json=id max_body=4m', 'idempotency_required on',
@@ -267,15 +269,24 @@ POST /json
 
 === TEST 17: idempotency_required off: a body without the key passes unprotected, each time
 --- request eval
-["POST /optional\nnot json", "POST /optional\nnot json", "POST /optional\n{\"other\":1}"]
+["POST /optional?count_as=t500-17\nnot json", "POST /optional?count_as=t500-17\nnot json",
+ "POST /optional?count_as=t500-17\n{\"other\":1}", "GET /count?key=t500-17"]
 --- error_code eval
-[201, 201, 201]
+[201, 201, 201, 200]
 --- response_headers eval
-["X-Idem: bypass", "X-Idem: bypass", "X-Idem: bypass"]
+["X-Idem: bypass", "X-Idem: bypass", "X-Idem: bypass", ""]
 --- response_body_like eval
-['"key":"-","execution":1,', '"key":"-","execution":2,', '"key":"-","execution":3,']
+['"key":"t500-17","execution":1,', '"key":"t500-17","execution":2,', '"key":"t500-17","execution":3,', '^3$']
+
+
+
+=== TEST 17b: ... and the error log says so
+--- request
+POST /optional?count_as=t500-17b
+not json
+--- error_code: 201
 --- error_log
-passed unprotected
+key source json=id: the request body is not JSON: lexical error: invalid string in json text, passed unprotected
 
 
 
