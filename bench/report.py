@@ -793,8 +793,8 @@ def generate(results, doc, png, bench_dir):
       '`IDEM_REDIS_PORT`, or make\'s `MYSQL_PORT`, `MYSQL2_PORT` and '
       '`REDIS_PORT`). Ports: nginx '
       '`return` 18080, `proxy_pass` 18081, the module 18082 (MySQL), '
-      '18083 (+ Redis), 18084 (+ shm; flush=1 uses 18082 too), 18085 '
-      '(the key from the JSON body), 18086 (+ the Stripe signature); '
+      '18083 (+ Redis), 18084 (+ shm; flush=1 uses 18082 too), 18086 '
+      '(the key from the JSON body), 18087 (+ the Stripe signature); '
       'upstream '
       '18090; peers 18091 and 18092; plain express 18093. `make bench` is '
       'not part of `make test`.')

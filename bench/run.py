@@ -61,7 +61,7 @@ TABLE = 'bench_keys'
 PORT_BASE = env_int('BENCH_PORT_BASE', 18080)
 PORTS = {k: PORT_BASE + v for k, v in {
     'return': 0, 'proxy': 1, 'mysql': 2, 'redis': 3, 'shm': 4,
-    'webhook': 5, 'webhook-sig': 6, 'upstream': 10, 'express-idempotency': 11, 'node-idempotency': 12,
+    'webhook': 6, 'webhook-sig': 7, 'upstream': 10, 'express-idempotency': 11, 'node-idempotency': 12,
     'plain-express': 13,
 }.items()}
 
@@ -261,7 +261,7 @@ def start_node(name, args, port):
     return p
 
 
-def render_nginx(extra_main=''):
+def render_nginx(extra_main='', webhooks=True):
     os.makedirs(PREFIX, exist_ok=True)
     subst = {
         'PREFIX': PREFIX, 'MODULE': MODULE_SO,
@@ -280,6 +280,9 @@ def render_nginx(extra_main=''):
         f.write('whsec_bench_0123456789abcdef0123456789\n')
     with open(os.path.join(BENCH, 'nginx.conf.in')) as f:
         conf = f.read()
+    if not webhooks:
+        conf = re.sub(r'\n *# @WEBHOOKS_BEGIN@\n.*# @WEBHOOKS_END@\n', '\n',
+                      conf, flags=re.S)
     for k, v in subst.items():
         conf = conf.replace('@%s@' % k, v)
     with open(os.path.join(PREFIX, 'nginx.conf'), 'w') as f:

@@ -489,7 +489,6 @@ ngx_http_idempotency_read_body(ngx_http_request_t *r,
     ngx_int_t                           rc;
     ngx_str_t                           why;
     ngx_uint_t                          i;
-    ngx_pool_cleanup_t                 *cln;
     ngx_http_idempotency_keysrc_t      *ks;
     ngx_http_idempotency_source_ctx_t  *src;
 
@@ -532,14 +531,6 @@ ngx_http_idempotency_read_body(ngx_http_request_t *r,
             return NGX_ERROR;
         }
     }
-
-    cln = ngx_pool_cleanup_add(r->pool, 0);
-    if (cln == NULL) {
-        return NGX_ERROR;
-    }
-
-    cln->handler = ngx_http_idempotency_source_cleanup;
-    cln->data = ctx;
 
     ctx->state = NGX_HTTP_IDEMPOTENCY_S_BODY;
     r->preserve_body = 1;
@@ -612,6 +603,7 @@ static void
 ngx_http_idempotency_pass(ngx_http_idempotency_ctx_t *ctx)
 {
     ngx_int_t                           rc;
+    ngx_pool_cleanup_t                 *cln;
     ngx_http_request_t                 *r;
     ngx_http_idempotency_source_ctx_t  *src;
 
@@ -623,7 +615,22 @@ ngx_http_idempotency_pass(ngx_http_idempotency_ctx_t *ctx)
     if (rc == NGX_AGAIN) {
 
         /* the next slice of a temp file after the events that are ready
-         * now: other connections are served in between */
+         * now: other connections are served in between; the event goes
+         * with the request (a body in memory never posts one) */
+
+        if (src->ev.handler == NULL) {
+            cln = ngx_pool_cleanup_add(r->pool, 0);
+            if (cln == NULL) {
+                ngx_http_idempotency_resolve(r, ctx,
+                                             NGX_HTTP_IDEMPOTENCY_OUT_ERROR,
+                                             NGX_HTTP_IDEMPOTENCY_ERROR);
+                ngx_http_idempotency_resume(r);
+                return;
+            }
+
+            cln->handler = ngx_http_idempotency_source_cleanup;
+            cln->data = ctx;
+        }
 
         src->ev.handler = ngx_http_idempotency_slice_handler;
         src->ev.data = ctx;
