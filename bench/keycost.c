@@ -9,14 +9,17 @@
  * cost a delivery, measured alone on the module's own code (keyscan.c
  * and json.c over yajl, hmac.c), with the fingerprint's SHA-256 of the
  * same body for scale.  The bodies are bench/lua/webhook.lua's: a
- * Stripe-like event of 2 KB or 64 KB whose key is data.object.id.
+ * Stripe-like event of 2 KB, 64 KB or 1 MB whose key is data.object.id,
+ * its padding one long string, and a 64 KB one padded with 2,000 short
+ * members instead (a token each, as a real object's fields are).
  *
  *   build/keycost [SECONDS per figure, default 1]
  *
  * Each figure is the median of 5 runs of SECONDS / 5, in microseconds per
  * delivery, on one core: the scan as nginx does it (a scan made in the
- * request's pool, the body fed in one piece, in 8 KB buffers, or in the
- * 512 KB reads of a temp file, the key's part read back), the HMAC as a Stripe check does it (a copy of the
+ * request's pool, the body fed in one piece, in 8 KB buffers of memory
+ * (as a chunked body's chunks are), or in the 512 KB reads of a temp
+ * file, the key's part read back), the HMAC as a Stripe check does it (a copy of the
  * keyed context, "t." and the body, the tag compared), the SHA-256 as the
  * fingerprint does it.
  */
@@ -57,10 +60,10 @@ now(void)
 
 
 static u_char *
-body_of(size_t size, size_t *len)
+body_of(size_t size, ngx_uint_t members, size_t *len)
 {
     u_char      *b, *p;
-    size_t       pad;
+    size_t       pad, i;
     const char  *id = "u1a2b3c4d5e6f7a8b-1-123456";
 
     b = malloc(size + 512);
@@ -74,9 +77,23 @@ body_of(size_t size, size_t *len)
                     "\"description\":\"", id, id);
 
     pad = size > (size_t) (p - b) + 4 ? size - (p - b) - 4 : 0;
-    memset(p, 'x', pad);
-    p += pad;
-    p = (u_char *) stpcpy((char *) p, "\"}}}");
+
+    if (members) {
+        /* the padding as short members, as a real event's object has */
+        p = (u_char *) stpcpy((char *) p, "x\",\"metadata\":{");
+
+        for (i = 0; (size_t) (p - b) + 40 < size; i++) {
+            p += sprintf((char *) p, "%s\"k%zu\":\"value-%zu\"",
+                         i ? "," : "", i, i);
+        }
+
+        p = (u_char *) stpcpy((char *) p, "}}}}");
+
+    } else {
+        memset(p, 'x', pad);
+        p += pad;
+        p = (u_char *) stpcpy((char *) p, "\"}}}");
+    }
 
     *len = p - b;
 
@@ -94,6 +111,11 @@ scan(u_char *body, size_t len)
 
     pool = ngx_create_pool(4096, &ngx_fuzz_log);
     s = ngx_http_idempotency_keyscan_create(pool, &conf);
+
+    /* as keysrc.c tells it of a body in memory */
+    if (piece && piece < 65536) {
+        ngx_http_idempotency_keyscan_expect(s, len);
+    }
 
     for (off = 0; off < len; off += n) {
         n = piece ? ngx_min(piece, len - off) : len;
@@ -188,7 +210,7 @@ int
 main(int argc, char **argv)
 {
     u_char       *body;
-    size_t        len, i, sizes[3] = { 2048, 65536, 1048576 };
+    size_t        len, i, sizes[4] = { 2048, 65536, 65536, 1048576 };
     double        secs, js, jp, jf, hm, fp;
     ngx_str_t     spec, secret;
     ngx_pool_t   *pool;
@@ -225,8 +247,8 @@ main(int argc, char **argv)
            "SHA-256 (fingerprint) |\n");
     printf("|---|--:|--:|--:|--:|--:|\n");
 
-    for (i = 0; i < 3; i++) {
-        body = body_of(sizes[i], &len);
+    for (i = 0; i < 4; i++) {
+        body = body_of(sizes[i], i == 2, &len);
 
         piece = 0;
         js = measure(scan, body, len, secs);
@@ -237,8 +259,9 @@ main(int argc, char **argv)
         hm = measure(hmac, body, len, secs);
         fp = measure(sha256, body, len, secs);
 
-        printf("| %zu bytes | %.2f µs | %.2f µs | %.2f µs | %.2f µs | "
-               "%.2f µs |\n", len, js, jp, jf, hm, fp);
+        printf("| %zu bytes%s | %.2f µs | %.2f µs | %.2f µs | %.2f µs | "
+               "%.2f µs |\n", len, i == 2 ? ", short members" : "",
+               js, jp, jf, hm, fp);
 
         free(body);
     }

@@ -251,6 +251,12 @@ fuzz_scan(ngx_pool_t *pool, ngx_http_idempotency_keysrc_t *ks,
     scan = ngx_http_idempotency_keyscan_create(pool, ks);
     fuzz_assert(scan != NULL);
 
+    /* pieces told of beforehand, as keysrc.c tells of a body in memory,
+     * or not: the same scan */
+    if (n & 1) {
+        ngx_http_idempotency_keyscan_expect(scan, len);
+    }
+
     from = 0;
 
     for (i = 0; i <= n; i++) {

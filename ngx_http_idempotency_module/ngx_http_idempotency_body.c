@@ -38,6 +38,26 @@ ngx_http_idempotency_body_in_file(ngx_http_request_t *r)
 }
 
 
+size_t
+ngx_http_idempotency_body_memory(ngx_http_request_t *r)
+{
+    size_t        size;
+    ngx_chain_t  *cl;
+
+    size = 0;
+
+    for (cl = r->request_body ? r->request_body->bufs : NULL; cl;
+         cl = cl->next)
+    {
+        if (ngx_buf_in_memory(cl->buf)) {
+            size += cl->buf->last - cl->buf->pos;
+        }
+    }
+
+    return size;
+}
+
+
 void
 ngx_http_idempotency_walk_init(ngx_http_idempotency_walk_t *w,
     ngx_http_request_t *r, ngx_http_idempotency_piece_pt piece, void *data)

@@ -41,6 +41,9 @@ extern size_t  ngx_http_idempotency_hash_slice;
 /* whether a part of the body is in a temp file (read across events) */
 ngx_uint_t ngx_http_idempotency_body_in_file(ngx_http_request_t *r);
 
+/* the bytes of the body in memory */
+size_t ngx_http_idempotency_body_memory(ngx_http_request_t *r);
+
 void ngx_http_idempotency_walk_init(ngx_http_idempotency_walk_t *w,
     ngx_http_request_t *r, ngx_http_idempotency_piece_pt piece, void *data);
 

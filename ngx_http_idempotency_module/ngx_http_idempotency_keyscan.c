@@ -33,8 +33,8 @@
  * yajl reads a token cut by a piece's end again from its start with the
  * next piece: a long string in many small pieces would cost the square
  * of its length.  Pieces under this size are gathered first, in a stage
- * that doubles each time it is fed, so that a token is read again a few
- * times at most, whatever the pieces (the fuzzer makes it small).
+ * of this size, or of the size keyscan_expect() was told (the fuzzer
+ * makes it small).
  */
 #ifndef NGX_HTTP_IDEMPOTENCY_STAGE
 #define NGX_HTTP_IDEMPOTENCY_STAGE       (64 * 1024)
@@ -410,24 +410,20 @@ ngx_http_idempotency_keyscan_json(ngx_http_idempotency_keyscan_t *scan,
 {
     if (p && len < NGX_HTTP_IDEMPOTENCY_STAGE) {
 
-        if (scan->stage_size - scan->staged < len) {
-            if (scan->staged
-                && ngx_http_idempotency_keyscan_json(scan, NULL, 0)
-                   != NGX_OK)
-            {
-                return NGX_ERROR;
-            }
-
-            scan->stage_size = scan->stage_size
-                               ? ngx_min(2 * scan->stage_size,
-                                         scan->conf->max_body)
-                               : NGX_HTTP_IDEMPOTENCY_STAGE;
-            scan->stage_size = ngx_max(scan->stage_size, len);
+        if (scan->stage == NULL) {
+            scan->stage_size = ngx_max(scan->stage_size,
+                                       NGX_HTTP_IDEMPOTENCY_STAGE);
 
             scan->stage = ngx_pnalloc(scan->pool, scan->stage_size);
             if (scan->stage == NULL) {
                 return NGX_ERROR;
             }
+        }
+
+        if (scan->stage_size - scan->staged < len
+            && ngx_http_idempotency_keyscan_json(scan, NULL, 0) != NGX_OK)
+        {
+            return NGX_ERROR;
         }
 
         ngx_memcpy(scan->stage + scan->staged, p, len);
@@ -455,6 +451,16 @@ ngx_http_idempotency_keyscan_json(ngx_http_idempotency_keyscan_t *scan,
 
     return ngx_http_idempotency_json_feed(scan->json, p, len) == NGX_ERROR
            ? NGX_ERROR : NGX_OK;
+}
+
+
+void
+ngx_http_idempotency_keyscan_expect(ngx_http_idempotency_keyscan_t *scan,
+    size_t size)
+{
+    if (scan->stage == NULL) {
+        scan->stage_size = ngx_min(size, scan->conf->max_body);
+    }
 }
 
 

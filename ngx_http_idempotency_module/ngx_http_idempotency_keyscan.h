@@ -70,6 +70,14 @@ ngx_int_t ngx_http_idempotency_source_parse(ngx_pool_t *pool,
 ngx_http_idempotency_keyscan_t *ngx_http_idempotency_keyscan_create(
     ngx_pool_t *pool, ngx_http_idempotency_keysrc_t *conf);
 
+/*
+ * The bytes of the body that will come in pieces smaller than 64 KB (a
+ * body in memory in several buffers): gathered in one stage of that size,
+ * up to max_body, they reach the parser as one piece
+ */
+void ngx_http_idempotency_keyscan_expect(
+    ngx_http_idempotency_keyscan_t *scan, size_t size);
+
 /* the next piece of the body (an ngx_http_idempotency_piece_pt) */
 ngx_int_t ngx_http_idempotency_keyscan_feed(void *scan, u_char *p,
     size_t len);

@@ -572,6 +572,14 @@ ngx_http_idempotency_body_handler(ngx_http_request_t *r)
         return;
     }
 
+    /* the buffers of a body in memory (a chunked one's chunks) reach
+     * the parser as one piece */
+
+    if (src->scan) {
+        ngx_http_idempotency_keyscan_expect(src->scan,
+                                         ngx_http_idempotency_body_memory(r));
+    }
+
     ngx_http_idempotency_walk_init(&src->walk, r, ngx_http_idempotency_piece,
                                    ctx);
 

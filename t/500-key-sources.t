@@ -259,6 +259,19 @@ my $b = "{\"id\":\"evt_t500_15\",\"pad\":\"" . ("p" x 80) . "\"}";
 
 
 
+=== TEST 15b: a chunked body in memory, in 31 chunks: the key all the same
+--- more_headers
+Transfer-Encoding: chunked
+--- request eval
+my $b = '{"id":"evt_t500_15b","pad":"' . ('p' x 3000) . '"}';
+"POST /json\n" . CORE::join('', map { sprintf("%x\r\n%s\r\n", length $_, $_) } ($b =~ /(.{1,100})/gs)) . "0\r\n\r\n"
+--- error_code: 201
+--- response_headers
+X-Idem: new
+X-Key: 12:evt_t500_15b,
+
+
+
 === TEST 16: no body at all: 400 key-missing
 --- request
 POST /json
