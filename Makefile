@@ -102,6 +102,7 @@ endif
 .PHONY: all build deps services services-stop run stop test test-valgrind \
         stress stress-short dashboard bench bench-shards test-galera fuzz \
         test-asan deb test-deb clean distclean help bench-sqlcost bench-sqlcost-variants \
+        bench-keycost \
         bench-pagefill FORCE \
         nginx-bin test-matrix bench-scale test-paths
 
@@ -324,6 +325,29 @@ bench-sqlcost-variants: deps services build/sqlcost  ## mariadbd CPU per first r
 # (bench/pagefill.sh: PAGEFILL_RETAIN, PAGEFILL_ROUNDS, ...)
 bench-pagefill: deps services build/sqlcost  ## page fill of the key table after 100,000 first requests
 	@MYSQL_PORT=$(MYSQL_PORT) bench/pagefill.sh
+
+# what the key's JSON scan and a webhook's HMAC cost a delivery, alone
+# on the module's own code (bench/keycost.c, docs/benchmarks.md "Webhook
+# keys"), built against the configured Debian tree of `make build`;
+# KEYCOST_SECONDS per figure
+KEYCOST_SECONDS ?= 2
+KEYCOST_SRCS := bench/keycost.c fuzz/ngx_fuzz.c \
+    $(addprefix $(MODULE)/ngx_http_idempotency_,keyscan.c json.c hmac.c)
+
+# nginx's own pool and string code from Debian's source package (the
+# fuzzers' copy, fuzz/nginx-src.sh), configured as `make build` did
+build/keycost: $(KEYCOST_SRCS) $(SO)
+	@src=$$(fuzz/nginx-src.sh) && \
+	  $(CC) -O2 -w -o $@ -I$(OBJ) \
+	    $$(for d in core event event/modules os/unix http http/modules \
+	       http/v2; do echo -I$$src/src/$$d; done) -I$(MODULE) -Ifuzz \
+	    $(KEYCOST_SRCS) $$(for f in core/ngx_palloc.c core/ngx_string.c \
+	       core/ngx_array.c core/ngx_list.c core/ngx_buf.c \
+	       core/ngx_parse_time.c os/unix/ngx_alloc.c; do \
+	       echo $$src/src/$$f; done) -lyajl -lcrypto
+
+bench-keycost: deps build build/keycost  ## µs per delivery of the key's JSON scan and a webhook's HMAC
+	@build/keycost $(KEYCOST_SECONDS)
 
 # the benchmark (bench/, docs/benchmarks.md), not part of `make test`:
 # BENCH_ROUNDS, BENCH_DURATION, BENCH_CONNECTIONS, BENCH_THREADS and

@@ -70,6 +70,10 @@ Withdrawals (--bank-db NAME, with --bank-user, --bank-password,
 --epoch-header): POST /withdraw runs a MariaDB transaction that takes part
 in the module's fence (backend/withdraw.py; Debian's python3-pymysql).
 
+Webhook receivers: POST /hooks/<provider> checks a delivery's signature
+(given secret=), counts it under "hook:<provider>:<id>" and answers the
+provider's acknowledgement (backend/webhooks.py).
+
 """
 
 import argparse
@@ -85,6 +89,9 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote_to_bytes
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import webhooks  # noqa: E402
 
 
 class Counters:
@@ -503,6 +510,8 @@ class Handler(BaseHTTPRequestHandler):
         path = self.path.partition("?")[0]
         if BANK is not None and path.endswith("/withdraw"):
             a = self.withdraw()
+        elif path.startswith("/hooks/"):
+            a = self.hook(path[7:], body)
         elif BANK is not None and path.startswith("/accounts/"):
             status, headers, body, note = BANK.account(path[10:])
             a = Answer(status, headers, body, note, self.key())
@@ -514,6 +523,14 @@ class Handler(BaseHTTPRequestHandler):
             return
         self.send_answer(a)
         self.access(started, a.status, a.nbytes, a.key, a.note)
+
+    def hook(self, provider, body):
+        status, headers, out, note, key = webhooks.answer(
+            provider, parse_query(self.path.partition("?")[2]),
+            self.headers, body, COUNTERS)
+        a = Answer(status, headers, out, note, key)
+        a.framed = status >= 200 and status not in (204, 304)
+        return a
 
     def withdraw(self):
         status, headers, body, note = BANK.answer(
@@ -620,7 +637,6 @@ def main():
     if args.fence_header:
         FENCE = Fence(args.fence_header)
     if args.bank_db:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from withdraw import Bank
         BANK = Bank(args, log)
 

@@ -25,6 +25,10 @@ ORDER = [
     ('node-idempotency', 'unique'), ('node-idempotency', 'unique-c1'),
     ('node-idempotency', 'replay'),
     ('plain-express', 'unique'), ('plain-express', 'unique-c1'),
+    ('proxy', 'hook2k'), ('mysql', 'hook2k'), ('webhook', 'hook2k'),
+    ('webhook-sig', 'hook2k'),
+    ('proxy', 'hook64k'), ('mysql', 'hook64k'), ('webhook', 'hook64k'),
+    ('webhook-sig', 'hook64k'),
 ]
 NAME = {
     'return': 'nginx `return`',
@@ -36,6 +40,8 @@ NAME = {
     'express-idempotency': 'express-idempotency (Redis)',
     'node-idempotency': '@node-idempotency/core (Redis)',
     'plain-express': 'plain express, no middleware',
+    'webhook': 'module, key json=data.object.id',
+    'webhook-sig': 'module, key json=, Stripe signature',
 }
 SHORT = {
     'return': 'nginx return', 'proxy': 'nginx proxy_pass',
@@ -44,8 +50,9 @@ SHORT = {
     'express-idempotency': 'express-idempotency',
     'node-idempotency': 'node-idempotency',
     'plain-express': 'plain express',
+    'webhook': 'module json key', 'webhook-sig': 'module json key +sig',
 }
-MODULE = ('mysql', 'mysql-flush1', 'redis', 'shm')
+MODULE = ('mysql', 'mysql-flush1', 'redis', 'shm', 'webhook', 'webhook-sig')
 PEERS = ('express-idempotency', 'node-idempotency')
 # the limits: nothing but the request path the module or the peers sit in
 LIMITS = ('return', 'proxy', 'plain-express')
@@ -169,6 +176,43 @@ def aggregate(rounds):
                                        for r, k in zip(rs, n))
         out[key] = a
     return out
+
+
+def webhook_section(w, agg):
+    """the webhook rows: what the key's parser and the signature cost"""
+    if ('webhook', 'hook2k') not in agg:
+        return
+    w('## Webhook deliveries (issue 44)')
+    w('')
+    w('`bench/lua/webhook.lua` sends a Stripe-like event of 2 KB or 64 KB '
+      'whose key is a nested member (`data.object.id`, fresh each time), '
+      'signed (`Stripe-Signature`) and with the same id as '
+      '`Idempotency-Key`, to plain `proxy_pass`, the header-keyed module, '
+      'the key from the body (`idempotency_key json=data.object.id`), and '
+      'the same with `idempotency_signature stripe`. Every server reads '
+      'the body in memory (`client_body_buffer_size 128k`); the module\'s '
+      'fingerprint hashes it in all three. The nginx workers\' CPU per '
+      'request, and the differences: the JSON scan (json key − header '
+      'key) and the HMAC (+ signature − json key):')
+    w('')
+    w('| body | proxy_pass req/s | header key req/s | json key req/s | '
+      '+ signature req/s | nginx µs/req: proxy_pass | header key | json '
+      'key | + signature | JSON scan µs | HMAC µs |')
+    w('|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|')
+    for wl, label in (('hook2k', '2 KB'), ('hook64k', '64 KB')):
+        a = [agg.get((s, wl), {}) for s in ('proxy', 'mysql', 'webhook',
+                                              'webhook-sig')]
+        c = [x.get('cpu', {}).get('nginx') for x in a]
+        d = [None if None in (c[i], c[j]) else c[i] - c[j]
+             for i, j in ((2, 1), (3, 2))]
+        w('| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |' % (
+            label, *[f0(x.get('rps')) for x in a], *[f0(x) for x in c],
+            *[f0(x) for x in d]))
+    w('')
+    w('`make bench-keycost` measures the same two components alone, '
+      'without the noise of a loaded machine (see "Webhook keys: the '
+      'parser\'s and the HMAC\'s cost" below).')
+    w('')
 
 
 def f0(x):
@@ -394,6 +438,8 @@ def generate(results, doc, png, bench_dir):
                 f0(c['mariadb']), f0(c['redis']), f0(c['wrk']), f0(tot),
                 f2(a['busy']), f2(a['other'])))
         w('')
+
+    webhook_section(w, agg)
 
     # ------------------------------------------------------------ ratios
     w('## Ratios')
@@ -740,12 +786,16 @@ def generate(results, doc, png, bench_dir):
       '(64), `BENCH_THREADS` (2), `BENCH_RSS_REQUESTS` (1000000), '
       '`BENCH_KEYS` (1000), `BENCH_BURST` (50), `BENCH_BURST_DELAY_MS` '
       '(200), `BENCH_WARMUP` (1 s), `BENCH_WORKERS` (2), '
+      '`BENCH_ONLY` (`"proxy:hook2k webhook:hook2k ..."`: only these '
+      'measurements, a table printed instead of this page), '
       '`BENCH_PORT_BASE` (18080: the ports below are offsets from it; '
       'the services\' ports come from `IDEM_MYSQL_PORT` and '
       '`IDEM_REDIS_PORT`, or make\'s `MYSQL_PORT`, `MYSQL2_PORT` and '
       '`REDIS_PORT`). Ports: nginx '
       '`return` 18080, `proxy_pass` 18081, the module 18082 (MySQL), '
-      '18083 (+ Redis), 18084 (+ shm; flush=1 uses 18082 too); upstream '
+      '18083 (+ Redis), 18084 (+ shm; flush=1 uses 18082 too), 18086 '
+      '(the key from the JSON body), 18087 (+ the Stripe signature); '
+      'upstream '
       '18090; peers 18091 and 18092; plain express 18093. `make bench` is '
       'not part of `make test`.')
     w('')

@@ -61,7 +61,7 @@ TABLE = 'bench_keys'
 PORT_BASE = env_int('BENCH_PORT_BASE', 18080)
 PORTS = {k: PORT_BASE + v for k, v in {
     'return': 0, 'proxy': 1, 'mysql': 2, 'redis': 3, 'shm': 4,
-    'upstream': 10, 'express-idempotency': 11, 'node-idempotency': 12,
+    'webhook': 6, 'webhook-sig': 7, 'upstream': 10, 'express-idempotency': 11, 'node-idempotency': 12,
     'plain-express': 13,
 }.items()}
 
@@ -69,9 +69,17 @@ PORTS = {k: PORT_BASE + v for k, v in {
 SYSTEMS = [
     ('return', 'nginx `return` (replay limit)', ['return'], None),
     ('proxy', 'nginx `proxy_pass`, no module (first-request limit)',
-     ['unique', 'unique-c1'], 'upstream'),
-    ('mysql', 'module, MySQL only', ['unique', 'unique-c1', 'replay', 'mix'],
+     ['unique', 'unique-c1', 'hook2k', 'hook64k'], 'upstream'),
+    ('mysql', 'module, MySQL only', ['unique', 'unique-c1', 'replay', 'mix',
+                                     'hook2k', 'hook64k'], 'upstream'),
+    # webhook deliveries (bench/lua/webhook.lua): the key a nested member
+    # of a 2 KB or 64 KB JSON body, without and with the Stripe signature
+    # check; proxy and mysql above take the same requests (the key as a
+    # header there)
+    ('webhook', 'module, key json=data.object.id', ['hook2k', 'hook64k'],
      'upstream'),
+    ('webhook-sig', 'module, key json=data.object.id, '
+     'idempotency_signature stripe', ['hook2k', 'hook64k'], 'upstream'),
     # the same nginx server as 'mysql', measured with
     # innodb_flush_log_at_trx_commit=1 (see flush_log())
     ('mysql-flush1', 'module, MySQL only, flush=1', ['unique'], 'upstream'),
@@ -87,7 +95,13 @@ SYSTEMS = [
      ['unique', 'unique-c1'], 'self'),
 ]
 LABEL = {s[0]: s[1] for s in SYSTEMS}
-MODULE_SYSTEMS = ('mysql', 'mysql-flush1', 'redis', 'shm')
+MODULE_SYSTEMS = ('mysql', 'mysql-flush1', 'redis', 'shm', 'webhook',
+                  'webhook-sig')
+# the webhook workloads' body sizes
+HOOK_SIZE = {'hook2k': 2048, 'hook64k': 65536}
+# BENCH_ONLY="proxy:hook2k webhook:hook2k ...": only these measurements,
+# no burst, RSS run or docs (a summary is printed instead)
+ONLY = os.environ.get('BENCH_ONLY', '').split()
 PEERS = ('express-idempotency', 'node-idempotency')
 # systems served by their own node process (the rest: nginx in front of
 # the upstream)
@@ -247,7 +261,7 @@ def start_node(name, args, port):
     return p
 
 
-def render_nginx(extra_main=''):
+def render_nginx(extra_main='', webhooks=True):
     os.makedirs(PREFIX, exist_ok=True)
     subst = {
         'PREFIX': PREFIX, 'MODULE': MODULE_SO,
@@ -258,9 +272,17 @@ def render_nginx(extra_main=''):
         'PORT_RETURN': str(PORTS['return']), 'PORT_PROXY': str(PORTS['proxy']),
         'PORT_MYSQL': str(PORTS['mysql']), 'PORT_REDIS': str(PORTS['redis']),
         'PORT_SHM': str(PORTS['shm']),
+        'PORT_WEBHOOK': str(PORTS['webhook']),
+        'PORT_WEBHOOK_SIG': str(PORTS['webhook-sig']),
     }
+    # the Stripe signing secret bench/lua/webhook.lua signs with
+    with open(os.path.join(PREFIX, 'stripe.secret'), 'w') as f:
+        f.write('whsec_bench_0123456789abcdef0123456789\n')
     with open(os.path.join(BENCH, 'nginx.conf.in')) as f:
         conf = f.read()
+    if not webhooks:
+        conf = re.sub(r'\n *# @WEBHOOKS_BEGIN@\n.*# @WEBHOOKS_END@\n', '\n',
+                      conf, flags=re.S)
     for k, v in subst.items():
         conf = conf.replace('@%s@' % k, v)
     with open(os.path.join(PREFIX, 'nginx.conf'), 'w') as f:
@@ -374,7 +396,8 @@ def start_all():
                PORTS['plain-express'])
     render_nginx()
     nginx('start')
-    for s in ('return', 'proxy', 'mysql', 'redis', 'shm'):
+    for s in ('return', 'proxy', 'mysql', 'redis', 'shm', 'webhook',
+              'webhook-sig'):
         wait_port(PORTS[s], 'nginx')
 
 
@@ -501,10 +524,11 @@ def measure_one(rnd, system, workload):
     prefix = 'r%d-%s-%s-%06x' % (rnd, system, workload,
                                  random.getrandbits(24))
     script = {'return': 'unique', 'unique': 'unique', 'unique-c1': 'unique',
-              'replay': 'replay', 'mix': 'mix'}[workload]
+              'replay': 'replay', 'mix': 'mix', 'hook2k': 'webhook',
+              'hook64k': 'webhook'}[workload]
     # unique-c1: one connection, for the latency of an unloaded system
     conns, threads = (1, 1) if workload == 'unique-c1' else (None, None)
-    args = []
+    args = [HOOK_SIZE[workload]] if workload in HOOK_SIZE else []
     if workload in ('replay', 'mix'):
         prewarm(port, prefix, CFG['keys'])
         args = [prefix, CFG['keys']]
@@ -720,6 +744,8 @@ def bench():
     start_all()
     try:
         pairs = [(s[0], w) for s in SYSTEMS for w in s[2]]
+        if ONLY:
+            pairs = [p for p in pairs if '%s:%s' % p in ONLY]
         for rnd in range(1, CFG['rounds'] + 1):
             log('round %d of %d' % (rnd, CFG['rounds']))
             reset_stores()
@@ -727,6 +753,10 @@ def bench():
             k = (rnd - 1) % len(pairs)
             recs = [measure(rnd, s, w) for s, w in pairs[k:] + pairs[:k]]
             save('round-%d.json' % rnd, recs)
+
+        if ONLY:
+            only_summary(pairs)
+            return
 
         reset_stores()
         bursts = [burst(s) for s in
@@ -745,6 +775,20 @@ def bench():
         stop_all()
     save('elapsed.json', {'seconds': time.time() - t0})
     report()
+
+
+def only_summary(pairs):
+    """BENCH_ONLY's table: medians over the rounds"""
+    rounds = load_rounds()
+    print('| system | workload | req/s | p99 ms | nginx CPU µs/req |')
+    print('|---|---|--:|--:|--:|')
+    for s, w in pairs:
+        rs = [r for rnd in rounds for r in rnd
+              if r['system'] == s and r['workload'] == w]
+        print('| %s | %s | %.0f | %.2f | %.1f |' % (
+            s, w, statistics.median(r['wrk']['rps'] for r in rs),
+            statistics.median(r['wrk']['p99_us'] for r in rs) / 1000,
+            statistics.median(r['cpu_us_per_req']['nginx'] for r in rs)))
 
 
 def serve():

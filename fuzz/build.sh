@@ -7,7 +7,8 @@
 #
 #   fuzz/build.sh
 #
-# The module's key.c and record.c are compiled as they are, against the
+# The module's key.c, keyscan.c, json.c (with yajl), record.c, entry.c
+# and what they call are compiled as they are, against the
 # headers of an nginx tree configured like the packaged binary (Debian's
 # conf_flags, with --with-cc=clang), and linked with a few of nginx's
 # core .c files from Debian's nginx source package (fuzz/nginx-src.sh)
@@ -35,13 +36,15 @@ fuzzer_ok() {
         >/dev/null 2>&1
 }
 
-if ! fuzzer_ok || [ ! -f /usr/include/openssl/evp.h ]; then
-    log "installing clang, libclang-rt-dev, libssl-dev"
+if ! fuzzer_ok || [ ! -f /usr/include/openssl/evp.h ] \
+   || [ ! -f /usr/include/yajl/yajl_parse.h ]; then
+    log "installing clang, libclang-rt-dev, libssl-dev, libyajl-dev"
     SUDO=
     [ "$(id -u)" -eq 0 ] || SUDO=sudo
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 || true
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-        --no-install-recommends clang libclang-rt-dev libssl-dev >&2
+        --no-install-recommends clang libclang-rt-dev libssl-dev \
+        libyajl-dev >&2
     fuzzer_ok || { log "clang cannot build a libFuzzer target"; exit 1; }
 fi
 rm -f "$OUT/.probe" "$OUT/.probe.c"

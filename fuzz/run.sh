@@ -6,7 +6,7 @@
 #
 #   fuzz/run.sh [-t SECONDS] [-j PARALLEL] [TARGET...]
 #
-#   TARGET     key, hash, record, roundtrip (default: all)
+#   TARGET     key, hash, record, roundtrip, entry, keyscan (default: all)
 #   -t N       seconds per target (default $FUZZ_SECONDS, else 20)
 #   -j N       targets run at once (default $FUZZ_JOBS, else 2)
 #
@@ -23,7 +23,7 @@ set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=$ROOT/build/fuzz
-ALL=(key hash record roundtrip entry)
+ALL=(key hash record roundtrip entry keyscan)
 
 secs=${FUZZ_SECONDS:-20}
 jobs=${FUZZ_JOBS:-2}

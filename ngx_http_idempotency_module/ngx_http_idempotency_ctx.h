@@ -63,7 +63,7 @@ typedef void (*ngx_http_idempotency_ctx_pt)(ngx_http_idempotency_ctx_t *ctx);
  * The parts of the context that one step owns, each declared in the
  * header of its file before that header includes this one.
  */
-#include "ngx_http_idempotency_handler.h"
+#include "ngx_http_idempotency_keysrc.h"
 #include "ngx_http_idempotency_claim.h"
 #include "ngx_http_idempotency_hold.h"
 #include "ngx_http_idempotency_filter.h"
@@ -82,8 +82,9 @@ struct ngx_http_idempotency_ctx_s {
     ngx_uint_t                          state;
     ngx_uint_t                          outcome;
     ngx_uint_t                          problem;
+    ngx_str_t                           detail;     /* the problem's own */
 
-    ngx_http_idempotency_hash_ctx_t     hash;       /* handler.c */
+    ngx_http_idempotency_source_ctx_t   source;     /* keysrc.c */
     ngx_http_idempotency_claim_ctx_t    claim;      /* claim.c */
     ngx_http_idempotency_hold_ctx_t     hold;       /* hold.c */
     ngx_http_idempotency_fence_ctx_t    fence;      /* fence.c */

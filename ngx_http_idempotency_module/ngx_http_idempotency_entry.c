@@ -17,15 +17,9 @@
 #include <ngx_core.h>
 
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
-#if (OPENSSL_VERSION_NUMBER >= 0x30000000L)
-#include <openssl/core_names.h>
-#include <openssl/params.h>
-#else
-#include <openssl/hmac.h>
-#endif
 
 #include "ngx_http_idempotency_entry.h"
+#include "ngx_http_idempotency_hmac.h"
 
 
 /* what an entry's tag covers first: no other tag of the module starts so */
@@ -35,8 +29,6 @@
     (NGX_HTTP_IDEMPOTENCY_ENTRY_FP|NGX_HTTP_IDEMPOTENCY_ENTRY_FORGOTTEN)
 
 
-static void *ngx_http_idempotency_mac_key(ngx_str_t *secret);
-static void ngx_http_idempotency_mac_key_free(void *data);
 static ngx_int_t ngx_http_idempotency_mac_parts(void *key, ngx_str_t *parts,
     ngx_uint_t n, u_char *tag);
 
@@ -218,64 +210,7 @@ ngx_http_idempotency_entry_peek(u_char *data, size_t len, ngx_uint_t *epoch,
 void *
 ngx_http_idempotency_entry_key(ngx_pool_t *pool, ngx_str_t *secret)
 {
-    void                *key;
-    ngx_pool_cleanup_t  *cln;
-
-    cln = ngx_pool_cleanup_add(pool, 0);
-    if (cln == NULL) {
-        return NULL;
-    }
-
-    key = ngx_http_idempotency_mac_key(secret);
-    if (key == NULL) {
-        return NULL;
-    }
-
-    cln->handler = ngx_http_idempotency_mac_key_free;
-    cln->data = key;
-
-    return key;
-}
-
-
-#if (OPENSSL_VERSION_NUMBER >= 0x30000000L)
-
-static void *
-ngx_http_idempotency_mac_key(ngx_str_t *secret)
-{
-    EVP_MAC      *mac;
-    OSSL_PARAM    params[2];
-    EVP_MAC_CTX  *ctx;
-
-    mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
-    if (mac == NULL) {
-        return NULL;
-    }
-
-    ctx = EVP_MAC_CTX_new(mac);
-    EVP_MAC_free(mac);
-
-    if (ctx == NULL) {
-        return NULL;
-    }
-
-    params[0] = OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST,
-                                                 (char *) "SHA256", 0);
-    params[1] = OSSL_PARAM_construct_end();
-
-    if (EVP_MAC_init(ctx, secret->data, secret->len, params) != 1) {
-        EVP_MAC_CTX_free(ctx);
-        return NULL;
-    }
-
-    return ctx;
-}
-
-
-static void
-ngx_http_idempotency_mac_key_free(void *data)
-{
-    EVP_MAC_CTX_free(data);
+    return ngx_http_idempotency_hmac_key(pool, secret);
 }
 
 
@@ -283,103 +218,25 @@ static ngx_int_t
 ngx_http_idempotency_mac_parts(void *key, ngx_str_t *parts, ngx_uint_t n,
     u_char *tag)
 {
-    size_t        len;
-    ngx_int_t     rc;
-    ngx_uint_t    i;
-    EVP_MAC_CTX  *ctx;
+    void        *h;
+    ngx_uint_t   i;
 
-    ctx = EVP_MAC_CTX_dup(key);
-    if (ctx == NULL) {
+    h = ngx_http_idempotency_hmac_start(key);
+    if (h == NULL) {
         return NGX_ERROR;
     }
-
-    rc = NGX_OK;
 
     for (i = 0; i < n; i++) {
-        if (EVP_MAC_update(ctx, parts[i].data, parts[i].len) != 1) {
-            rc = NGX_ERROR;
-            break;
+        if (ngx_http_idempotency_hmac_update(h, parts[i].data, parts[i].len)
+            != NGX_OK)
+        {
+            ngx_http_idempotency_hmac_free(h);
+            return NGX_ERROR;
         }
     }
 
-    if (rc == NGX_OK
-        && (EVP_MAC_final(ctx, tag, &len, NGX_HTTP_IDEMPOTENCY_ENTRY_TAG_LEN)
-            != 1
-            || len != NGX_HTTP_IDEMPOTENCY_ENTRY_TAG_LEN))
-    {
-        rc = NGX_ERROR;
-    }
-
-    EVP_MAC_CTX_free(ctx);
-
-    return rc;
+    return ngx_http_idempotency_hmac_finish(h, tag);
 }
-
-#else
-
-static void *
-ngx_http_idempotency_mac_key(ngx_str_t *secret)
-{
-    HMAC_CTX  *ctx;
-
-    ctx = HMAC_CTX_new();
-    if (ctx == NULL) {
-        return NULL;
-    }
-
-    if (HMAC_Init_ex(ctx, secret->data, secret->len, EVP_sha256(), NULL)
-        != 1)
-    {
-        HMAC_CTX_free(ctx);
-        return NULL;
-    }
-
-    return ctx;
-}
-
-
-static void
-ngx_http_idempotency_mac_key_free(void *data)
-{
-    HMAC_CTX_free(data);
-}
-
-
-static ngx_int_t
-ngx_http_idempotency_mac_parts(void *key, ngx_str_t *parts, ngx_uint_t n,
-    u_char *tag)
-{
-    ngx_int_t     rc;
-    ngx_uint_t    i;
-    unsigned int  len;
-    HMAC_CTX     *ctx;
-
-    ctx = HMAC_CTX_new();
-    if (ctx == NULL) {
-        return NGX_ERROR;
-    }
-
-    rc = (HMAC_CTX_copy(ctx, key) == 1) ? NGX_OK : NGX_ERROR;
-
-    for (i = 0; rc == NGX_OK && i < n; i++) {
-        if (HMAC_Update(ctx, parts[i].data, parts[i].len) != 1) {
-            rc = NGX_ERROR;
-        }
-    }
-
-    if (rc == NGX_OK
-        && (HMAC_Final(ctx, tag, &len) != 1
-            || len != NGX_HTTP_IDEMPOTENCY_ENTRY_TAG_LEN))
-    {
-        rc = NGX_ERROR;
-    }
-
-    HMAC_CTX_free(ctx);
-
-    return rc;
-}
-
-#endif
 
 
 ngx_int_t

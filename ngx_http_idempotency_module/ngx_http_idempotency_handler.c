@@ -8,9 +8,10 @@
 /*
  * ngx_http_idempotency_module: the precontent phase handler.
  *
- * The handler runs once per main request: it reads the key, and the body
- * when the fingerprint needs it, and hands the request to claim.c, which
- * decides it (tiers, claim, verdict, hold).  The phases are suspended
+ * The handler runs once per main request: keysrc.c reads its key, and
+ * the body when the fingerprint, the key or a signature needs it, and
+ * hands the request to claim.c, which decides it (tiers, claim, verdict,
+ * hold).  The phases are suspended
  * meanwhile; claim.c resolves the outcome and resumes the phases (ctx.c),
  * where the handler lets a won claim go on to its content handler or
  * answers the request itself (replay, 409, 422, ...).  When the request
@@ -19,10 +20,9 @@
 
 
 #include "ngx_http_idempotency_metrics.h"
-#include "ngx_http_idempotency_issue.h"
 #include "ngx_http_idempotency_handler.h"
+#include "ngx_http_idempotency_keysrc.h"
 #include "ngx_http_idempotency_claim.h"
-#include "ngx_http_idempotency_key.h"
 #include "ngx_http_idempotency_problem.h"
 #include "ngx_http_idempotency_tier.h"
 #include "ngx_http_idempotency_hold.h"
@@ -35,10 +35,6 @@
 
 static ngx_int_t ngx_http_idempotency_start(ngx_http_request_t *r,
     ngx_http_idempotency_loc_conf_t *ilcf);
-static ngx_int_t ngx_http_idempotency_request_key(ngx_http_request_t *r,
-    ngx_http_idempotency_ctx_t *ctx);
-static void ngx_http_idempotency_body_handler(ngx_http_request_t *r);
-static void ngx_http_idempotency_hash_handler(ngx_event_t *ev);
 static ngx_int_t ngx_http_idempotency_respond(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx);
 static ngx_int_t ngx_http_idempotency_replay(ngx_http_request_t *r,
@@ -144,224 +140,27 @@ ngx_http_idempotency_start(ngx_http_request_t *r,
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    rc = ngx_http_idempotency_request_key(r, ctx);
+    /* its key, fingerprint and signature (keysrc.c), then the claim */
 
-    if (rc == NGX_ERROR) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
+    rc = ngx_http_idempotency_identify(r, ctx, ngx_http_idempotency_lookup);
 
-    if (rc == NGX_DECLINED) {
-        return NGX_DECLINED;
-    }
+    switch (rc) {
 
-    if (rc == NGX_ABORT) {
+    case NGX_DONE:
+    case NGX_DECLINED:
+        return rc;
+
+    case NGX_ABORT:
         /* a problem response, resolved */
         return ngx_http_idempotency_handler(r);
-    }
 
-    ctx->shard = ngx_http_idempotency_shard(ilcf->store, ctx->key_hash);
-    ctx->wait_until = ngx_current_msec + ilcf->wait;
+    case NGX_ERROR:
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
 
-    if (!ilcf->fingerprint) {
-        ngx_http_idempotency_lookup(r, ctx);
-        return NGX_DONE;
-    }
-
-    /* the fingerprint covers the body: read it first (as the mirror
-     * module does), keeping a temp file body for the upstream */
-
-    ctx->state = NGX_HTTP_IDEMPOTENCY_S_BODY;
-    r->preserve_body = 1;
-
-    rc = ngx_http_read_client_request_body(r,
-                                           ngx_http_idempotency_body_handler);
-    if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
-        ctx->state = NGX_HTTP_IDEMPOTENCY_S_DONE;
+    default:
+        /* the body could not be read */
         return rc;
     }
-
-    ngx_http_finalize_request(r, NGX_DONE);
-    return NGX_DONE;
-}
-
-
-/*
- * The key header, parsed, and the hash of scope and key: NGX_OK;
- * NGX_DECLINED: no header, and none is required; NGX_ABORT: a problem
- * response is resolved (missing, invalid, no scope); NGX_ERROR.
- */
-
-static ngx_int_t
-ngx_http_idempotency_request_key(ngx_http_request_t *r,
-    ngx_http_idempotency_ctx_t *ctx)
-{
-    ngx_int_t                         rc;
-    ngx_str_t                         raw, scope;
-    const char                       *reason;
-    ngx_http_idempotency_loc_conf_t  *ilcf;
-
-    ilcf = ctx->conf;
-
-    rc = ngx_http_idempotency_find_header(r, &ilcf->header, &raw);
-
-    if (rc == NGX_DECLINED) {
-        if (!ilcf->required) {
-            return NGX_DECLINED;
-        }
-
-        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
-                      "idempotency: request without \"%V\" header",
-                      &ilcf->header);
-
-        ngx_http_idempotency_refuse(r, ctx, NGX_HTTP_IDEMPOTENCY_P_MISSING);
-        return NGX_ABORT;
-    }
-
-    if (rc == NGX_ERROR) {
-        reason = "the header is repeated";
-
-    } else {
-        rc = ngx_http_idempotency_parse_key(r->pool, &raw, &ctx->key,
-                                            &reason);
-        if (rc == NGX_ERROR) {
-            return NGX_ERROR;
-        }
-
-        if (rc == NGX_OK) {
-            reason = NULL;
-        }
-    }
-
-    if (reason == NULL && ilcf->keys == NGX_HTTP_IDEMPOTENCY_KEYS_ISSUED) {
-
-        /* checked here, without a store round trip */
-
-        rc = ngx_http_idempotency_issued(ilcf->store, &ctx->key, &reason);
-
-        if (rc == NGX_ERROR) {
-            return NGX_ERROR;
-        }
-
-        if (rc == NGX_ABORT) {
-            /* the expiry bounds the key's first use only: a retry of a
-             * key that has a row is answered from it (claim.c) */
-            ctx->expired_key = 1;
-            reason = NULL;
-            rc = NGX_OK;
-        }
-
-        if (rc == NGX_DECLINED) {
-            ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
-                          "idempotency: \"%V\" header: %s", &ilcf->header,
-                          reason);
-
-            ngx_http_idempotency_refuse(r, ctx,
-                                        NGX_HTTP_IDEMPOTENCY_P_NOT_ISSUED);
-            return NGX_ABORT;
-        }
-    }
-
-    if (reason) {
-        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
-                      "idempotency: invalid \"%V\" header: %s",
-                      &ilcf->header, reason);
-
-        ngx_http_idempotency_refuse(r, ctx, NGX_HTTP_IDEMPOTENCY_P_INVALID);
-        return NGX_ABORT;
-    }
-
-    ngx_str_null(&scope);
-
-    if (ilcf->scope) {
-        if (ngx_http_complex_value(r, ilcf->scope, &scope) != NGX_OK) {
-            return NGX_ERROR;
-        }
-
-        /* a configured scope names a client: never fall back to the
-         * namespace every location of the store shares */
-
-        if (scope.len == 0) {
-            ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
-                          "idempotency: \"idempotency_scope\" is empty "
-                          "for this request");
-
-            ngx_http_idempotency_refuse(r, ctx, NGX_HTTP_IDEMPOTENCY_P_SCOPE);
-            return NGX_ABORT;
-        }
-    }
-
-    if (ngx_http_idempotency_key_hash(&scope, &ctx->key, ctx->key_hash)
-        != NGX_OK)
-    {
-        return NGX_ERROR;
-    }
-
-    /* the error log names a key by its hash: the key may be a secret */
-
-    ngx_hex_dump(ctx->key_id_data, ctx->key_hash,
-                 NGX_HTTP_IDEMPOTENCY_KEY_ID_LEN / 2);
-    ctx->key_id.data = ctx->key_id_data;
-    ctx->key_id.len = NGX_HTTP_IDEMPOTENCY_KEY_ID_LEN;
-
-    return NGX_OK;
-}
-
-
-static void
-ngx_http_idempotency_body_handler(ngx_http_request_t *r)
-{
-    ngx_int_t                    rc;
-    ngx_http_idempotency_ctx_t  *ctx;
-
-    ctx = ngx_http_idempotency_get_ctx(r);
-
-    r->write_event_handler = ngx_http_core_run_phases;
-
-    if (ctx == NULL || ctx->state != NGX_HTTP_IDEMPOTENCY_S_BODY) {
-        return;
-    }
-
-    rc = ngx_http_idempotency_fingerprint(r, &ctx->hash.fp, ctx->fingerprint);
-
-    if (rc == NGX_AGAIN) {
-
-        /* the next slice of a temp file after the events that are ready
-         * now: other connections are served in between */
-
-        ctx->hash.ev.handler = ngx_http_idempotency_hash_handler;
-        ctx->hash.ev.data = ctx;
-        ctx->hash.ev.log = r->connection->log;
-
-        ngx_post_event(&ctx->hash.ev, &ngx_posted_next_events);
-        return;
-    }
-
-    if (rc != NGX_OK) {
-        ngx_http_idempotency_resolve(r, ctx, NGX_HTTP_IDEMPOTENCY_OUT_ERROR,
-                                     NGX_HTTP_IDEMPOTENCY_ERROR);
-        ngx_http_idempotency_resume(r);
-        return;
-    }
-
-    ngx_http_idempotency_lookup(r, ctx);
-}
-
-
-static void
-ngx_http_idempotency_hash_handler(ngx_event_t *ev)
-{
-    ngx_connection_t            *c;
-    ngx_http_request_t          *r;
-    ngx_http_idempotency_ctx_t  *ctx;
-
-    ctx = ev->data;
-    r = ctx->request;
-    c = r->connection;
-
-    ngx_http_set_log_request(c->log, r);
-
-    ngx_http_idempotency_body_handler(r);
-    ngx_http_run_posted_requests(c);
 }
 
 
@@ -397,6 +196,7 @@ ngx_http_idempotency_respond(ngx_http_request_t *r,
          * decide (fence.c): worth a retry a second later
          */
         rc = ngx_http_idempotency_problem(r, ctx->problem,
+                 ctx->detail.len ? &ctx->detail : NULL,
                  (ctx->problem == NGX_HTTP_IDEMPOTENCY_P_STORE
                   || ctx->problem == NGX_HTTP_IDEMPOTENCY_P_CONFLICT
                   || (ctx->problem == NGX_HTTP_IDEMPOTENCY_P_UNKNOWN
@@ -695,10 +495,6 @@ ngx_http_idempotency_teardown(ngx_http_idempotency_ctx_t *ctx)
 
     if (ctx->resume_ev.posted) {
         ngx_delete_posted_event(&ctx->resume_ev);
-    }
-
-    if (ctx->hash.ev.posted) {
-        ngx_delete_posted_event(&ctx->hash.ev);
     }
 
     /* a Redis lookup in flight */

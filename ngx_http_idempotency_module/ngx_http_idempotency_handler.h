@@ -15,21 +15,6 @@
 
 
 #include "ngx_http_idempotency_module.h"
-#include "ngx_http_idempotency_key.h"
-
-
-/*
- * The handler's part of the request context (ctx->hash): the body's
- * fingerprint, taken a slice per event.  Declared before the context's
- * header, which embeds it.
- */
-typedef struct {
-    ngx_http_idempotency_fp_t          fp;
-    ngx_event_t                        ev;         /* next body slice */
-} ngx_http_idempotency_hash_ctx_t;
-
-
-#include "ngx_http_idempotency_ctx.h"
 
 
 ngx_int_t ngx_http_idempotency_handler(ngx_http_request_t *r);

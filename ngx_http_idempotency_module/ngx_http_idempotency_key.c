@@ -20,15 +20,11 @@
 #include "ngx_http_idempotency_record.h"
 
 
+static ngx_int_t ngx_http_idempotency_hash_framed(const char *domain,
+    ngx_str_t *scope, ngx_str_t *key, u_char *out);
 static EVP_MD_CTX *ngx_http_idempotency_sha256(void);
 static const EVP_MD *ngx_http_idempotency_sha256_md(void);
 static void ngx_http_idempotency_fp_cleanup(void *data);
-static ngx_int_t ngx_http_idempotency_digest_body(EVP_MD_CTX *md,
-    ngx_http_idempotency_fp_t *fp);
-
-
-/* a slice takes about a millisecond to read and hash */
-size_t  ngx_http_idempotency_hash_slice = 512 * 1024;
 
 
 /*
@@ -193,6 +189,26 @@ ngx_http_idempotency_parse_key(ngx_pool_t *pool, ngx_str_t *raw,
 ngx_int_t
 ngx_http_idempotency_key_hash(ngx_str_t *scope, ngx_str_t *key, u_char *out)
 {
+    return ngx_http_idempotency_hash_framed("idempotency-key/1", scope, key,
+                                            out);
+}
+
+
+ngx_int_t
+ngx_http_idempotency_source_hash(ngx_str_t *scope, ngx_str_t *key,
+    u_char *out)
+{
+    return ngx_http_idempotency_hash_framed("idempotency-src/1", scope, key,
+                                            out);
+}
+
+
+/* domain, the scope's length, the scope, the key */
+
+static ngx_int_t
+ngx_http_idempotency_hash_framed(const char *domain, ngx_str_t *scope,
+    ngx_str_t *key, u_char *out)
+{
     u_char       len[4];
     EVP_MD_CTX  *md;
 
@@ -205,7 +221,7 @@ ngx_http_idempotency_key_hash(ngx_str_t *scope, ngx_str_t *key, u_char *out)
 
     (void) ngx_http_idempotency_put_be(len, scope->len, 4);
 
-    if (EVP_DigestUpdate(md, "idempotency-key/1", 17) == 1
+    if (EVP_DigestUpdate(md, domain, ngx_strlen(domain)) == 1
         && EVP_DigestUpdate(md, len, 4) == 1
         && EVP_DigestUpdate(md, scope->data, scope->len) == 1
         && EVP_DigestUpdate(md, key->data, key->len) == 1
@@ -249,82 +265,98 @@ ngx_int_t
 ngx_http_idempotency_fingerprint(ngx_http_request_t *r,
     ngx_http_idempotency_fp_t *fp, u_char *out)
 {
-    ngx_int_t            rc;
-    EVP_MD_CTX          *md;
-    ngx_chain_t         *cl;
-    ngx_pool_cleanup_t  *cln;
+    ngx_int_t  rc;
 
-    md = fp->md;
-
-    if (md == NULL) {
-        cl = r->request_body ? r->request_body->bufs : NULL;
-
-        for ( /* void */ ; cl; cl = cl->next) {
-            if (cl->buf->in_file && !ngx_buf_in_memory(cl->buf)) {
-                break;
-            }
-        }
-
-        if (cl) {
-            /* a temp file: a context of its own, kept across events */
-
-            cln = ngx_pool_cleanup_add(r->pool, 0);
-            if (cln == NULL) {
-                return NGX_ERROR;
-            }
-
-            md = EVP_MD_CTX_new();
-            if (md == NULL) {
-                return NGX_ERROR;
-            }
-
-            cln->handler = ngx_http_idempotency_fp_cleanup;
-            cln->data = fp;
-            fp->md = md;
-
-            if (EVP_DigestInit_ex(md, ngx_http_idempotency_sha256_md(), NULL)
-                != 1)
-            {
-                return NGX_ERROR;
-            }
-
-        } else {
-            /* in memory: done at once, with the process's context */
-
-            md = ngx_http_idempotency_sha256();
-            if (md == NULL) {
-                return NGX_ERROR;
-            }
-        }
-
-        /* method and URI end with a NUL, which neither may contain */
-
-        if (EVP_DigestUpdate(md, "idempotency-fp/1", 16) != 1
-            || EVP_DigestUpdate(md, r->method_name.data,
-                                r->method_name.len) != 1
-            || EVP_DigestUpdate(md, "", 1) != 1
-            || EVP_DigestUpdate(md, r->unparsed_uri.data,
-                                r->unparsed_uri.len) != 1
-            || EVP_DigestUpdate(md, "", 1) != 1)
-        {
+    if (fp->md == NULL) {
+        if (ngx_http_idempotency_fp_start(r, fp) != NGX_OK) {
             return NGX_ERROR;
         }
 
-        fp->cl = r->request_body ? r->request_body->bufs : NULL;
-        fp->offset = -1;
+        ngx_http_idempotency_walk_init(&fp->walk, r,
+                                       ngx_http_idempotency_fp_update, fp);
     }
 
-    rc = ngx_http_idempotency_digest_body(md, fp);
+    rc = ngx_http_idempotency_walk(&fp->walk);
 
     if (rc != NGX_OK) {
         return rc;
     }
 
-    if (EVP_DigestFinal_ex(md, out, NULL) != 1) {
+    return ngx_http_idempotency_fp_finish(fp, out);
+}
+
+
+ngx_int_t
+ngx_http_idempotency_fp_start(ngx_http_request_t *r,
+    ngx_http_idempotency_fp_t *fp)
+{
+    EVP_MD_CTX          *md;
+    ngx_pool_cleanup_t  *cln;
+
+    if (ngx_http_idempotency_body_in_file(r)) {
+
+        /* a temp file: a context of its own, kept across events */
+
+        cln = ngx_pool_cleanup_add(r->pool, 0);
+        if (cln == NULL) {
+            return NGX_ERROR;
+        }
+
+        md = EVP_MD_CTX_new();
+        if (md == NULL) {
+            return NGX_ERROR;
+        }
+
+        cln->handler = ngx_http_idempotency_fp_cleanup;
+        cln->data = fp;
+        fp->md = md;
+
+        if (EVP_DigestInit_ex(md, ngx_http_idempotency_sha256_md(), NULL)
+            != 1)
+        {
+            return NGX_ERROR;
+        }
+
+    } else {
+        /* in memory: done at once, with the process's context */
+
+        md = ngx_http_idempotency_sha256();
+        if (md == NULL) {
+            return NGX_ERROR;
+        }
+
+        fp->md = md;
+    }
+
+    /* method and URI end with a NUL, which neither may contain */
+
+    if (EVP_DigestUpdate(md, "idempotency-fp/1", 16) != 1
+        || EVP_DigestUpdate(md, r->method_name.data, r->method_name.len) != 1
+        || EVP_DigestUpdate(md, "", 1) != 1
+        || EVP_DigestUpdate(md, r->unparsed_uri.data, r->unparsed_uri.len)
+           != 1
+        || EVP_DigestUpdate(md, "", 1) != 1)
+    {
         return NGX_ERROR;
     }
 
     return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_idempotency_fp_update(void *data, u_char *p, size_t len)
+{
+    ngx_http_idempotency_fp_t  *fp = data;
+
+    return EVP_DigestUpdate(fp->md, p, len) == 1 ? NGX_OK : NGX_ERROR;
+}
+
+
+ngx_int_t
+ngx_http_idempotency_fp_finish(ngx_http_idempotency_fp_t *fp, u_char *out)
+{
+    return EVP_DigestFinal_ex(fp->md, out, NULL) == 1 ? NGX_OK : NGX_ERROR;
 }
 
 
@@ -379,70 +411,6 @@ ngx_http_idempotency_sha256(void)
     }
 
     return ngx_http_idempotency_md_ctx;
-}
-
-
-/*
- * Hashes the body from fp->cl on: buffers in memory whole, a temp file up
- * to ngx_http_idempotency_hash_slice bytes per call (NGX_AGAIN after
- * that).  A local file read, as nginx's own modules do without aio.
- */
-
-static ngx_int_t
-ngx_http_idempotency_digest_body(EVP_MD_CTX *md,
-    ngx_http_idempotency_fp_t *fp)
-{
-    size_t       size, left;
-    ssize_t      n;
-    ngx_buf_t   *b;
-
-    static u_char  buf[65536];
-
-    left = ngx_http_idempotency_hash_slice;
-
-    for ( /* void */ ; fp->cl; fp->cl = fp->cl->next, fp->offset = -1) {
-        b = fp->cl->buf;
-
-        if (ngx_buf_in_memory(b)) {
-            if (EVP_DigestUpdate(md, b->pos, b->last - b->pos) != 1) {
-                return NGX_ERROR;
-            }
-
-            continue;
-        }
-
-        if (!b->in_file) {
-            continue;
-        }
-
-        if (fp->offset < 0) {
-            fp->offset = b->file_pos;
-        }
-
-        while (fp->offset < b->file_last) {
-            if (left == 0) {
-                return NGX_AGAIN;
-            }
-
-            size = (size_t) ngx_min(b->file_last - fp->offset,
-                                    (off_t) ngx_min(sizeof(buf), left));
-
-            n = ngx_read_file(b->file, buf, size, fp->offset);
-
-            if (n == NGX_ERROR || n == 0) {
-                return NGX_ERROR;
-            }
-
-            if (EVP_DigestUpdate(md, buf, n) != 1) {
-                return NGX_ERROR;
-            }
-
-            fp->offset += n;
-            left -= ngx_min((size_t) n, left);
-        }
-    }
-
-    return NGX_OK;
 }
 
 

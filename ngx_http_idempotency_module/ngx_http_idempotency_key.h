@@ -16,6 +16,7 @@
 
 
 #include "ngx_http_idempotency_module.h"
+#include "ngx_http_idempotency_body.h"
 
 
 /*
@@ -37,6 +38,13 @@ ngx_int_t ngx_http_idempotency_key_hash(ngx_str_t *scope, ngx_str_t *key,
     u_char *out);
 
 /*
+ * The same for a key composed from idempotency_key's sources (keyscan.h),
+ * in a domain of its own: never the hash of a header's key
+ */
+ngx_int_t ngx_http_idempotency_source_hash(ngx_str_t *scope, ngx_str_t *key,
+    u_char *out);
+
+/*
  * The name of a key's life in a fence's marker table: SHA-256 of the key
  * hash and the life (the token of the life's first claim); a key without
  * one (claimed before lives, or in a store whose keys are not fenced) is
@@ -47,17 +55,14 @@ ngx_int_t ngx_http_idempotency_marker_hash(u_char *key_hash, u_char *life,
 
 /*
  * A fingerprint in progress: a body in a temp file is hashed in slices
- * of ngx_http_idempotency_hash_slice bytes, one per call, so that a large
- * body never stalls the worker; it has its own SHA-256 context (freed
- * with r->pool).  Zeroed before the first call.
+ * (body.h), one per call, with its own SHA-256 context (freed with
+ * r->pool); a body in memory at once, with the process's.  Zeroed before
+ * the first call.
  */
 typedef struct {
     void                           *md;
-    ngx_chain_t                    *cl;       /* the next buffer */
-    off_t                           offset;   /* into cl's file, or -1 */
+    ngx_http_idempotency_walk_t     walk;
 } ngx_http_idempotency_fp_t;
-
-extern size_t  ngx_http_idempotency_hash_slice;
 
 /*
  * SHA-256 of the method, the URI with arguments and the request body:
@@ -66,6 +71,17 @@ extern size_t  ngx_http_idempotency_hash_slice;
  */
 ngx_int_t ngx_http_idempotency_fingerprint(ngx_http_request_t *r,
     ngx_http_idempotency_fp_t *fp, u_char *out);
+
+/*
+ * The same in three steps, for a walk over the body that feeds others
+ * too: start (method and URI), a piece of the body at a time
+ * (an ngx_http_idempotency_piece_pt), finish.
+ */
+ngx_int_t ngx_http_idempotency_fp_start(ngx_http_request_t *r,
+    ngx_http_idempotency_fp_t *fp);
+ngx_int_t ngx_http_idempotency_fp_update(void *fp, u_char *p, size_t len);
+ngx_int_t ngx_http_idempotency_fp_finish(ngx_http_idempotency_fp_t *fp,
+    u_char *out);
 
 /* frees the process's SHA-256 context (worker exit) */
 void ngx_http_idempotency_key_exit(void);

@@ -13,6 +13,8 @@
 #include "ngx_http_idempotency_module.h"
 #include "ngx_http_idempotency_filter.h"
 #include "ngx_http_idempotency_handler.h"
+#include "ngx_http_idempotency_keysrc.h"
+#include "ngx_http_idempotency_signature.h"
 #include "ngx_http_idempotency_outcome.h"
 #include "ngx_http_idempotency_mysql.h"
 #include "ngx_http_idempotency_redis.h"
@@ -149,6 +151,20 @@ static ngx_command_t  ngx_http_idempotency_commands[] = {
       ngx_http_idempotency_set_header,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_idempotency_loc_conf_t, header),
+      NULL },
+
+    { ngx_string("idempotency_key"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_idempotency_key_directive,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("idempotency_signature"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_idempotency_signature_directive,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
       NULL },
 
     { ngx_string("idempotency_required"),
@@ -355,7 +371,8 @@ ngx_str_t  ngx_http_idempotency_status_names[] = {
     [NGX_HTTP_IDEMPOTENCY_UNKNOWN] = ngx_string("unknown"),
     [NGX_HTTP_IDEMPOTENCY_FIND] = ngx_string("find"),
     [NGX_HTTP_IDEMPOTENCY_REDRIVE] = ngx_string("redrive"),
-    [NGX_HTTP_IDEMPOTENCY_EXHAUSTED] = ngx_string("exhausted")
+    [NGX_HTTP_IDEMPOTENCY_EXHAUSTED] = ngx_string("exhausted"),
+    [NGX_HTTP_IDEMPOTENCY_UNVERIFIED] = ngx_string("unverified")
 };
 
 NGX_HTTP_IDEMPOTENCY_TABLE_CHECK(ngx_http_idempotency_status_names,
@@ -1060,6 +1077,8 @@ ngx_http_idempotency_create_loc_conf(ngx_conf_t *cf)
      */
 
     conf->store = NGX_CONF_UNSET_PTR;
+    conf->keysrc = NGX_CONF_UNSET_PTR;
+    conf->signer = NGX_CONF_UNSET_PTR;
     conf->required = NGX_CONF_UNSET;
     conf->fingerprint = NGX_CONF_UNSET;
     conf->ttl = NGX_CONF_UNSET;
@@ -1100,6 +1119,8 @@ ngx_http_idempotency_merge_loc_conf(ngx_conf_t *cf, void *parent,
     }
 
     ngx_conf_merge_str_value(conf->header, prev->header, "Idempotency-Key");
+    ngx_conf_merge_ptr_value(conf->keysrc, prev->keysrc, NULL);
+    ngx_conf_merge_ptr_value(conf->signer, prev->signer, NULL);
     ngx_conf_merge_value(conf->required, prev->required, 0);
 
     if (conf->scope == NULL) {
@@ -1151,6 +1172,14 @@ ngx_http_idempotency_merge_loc_conf(ngx_conf_t *cf, void *parent,
 
         /* checked in postconfiguration: the store may come later */
         conf->store->needs_secret = 1;
+    }
+
+    if (conf->keys == NGX_HTTP_IDEMPOTENCY_KEYS_ISSUED && conf->keysrc) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"idempotency_keys issued\" checks the key "
+                           "header: it cannot be used with "
+                           "\"idempotency_key\"'s sources");
+        return NGX_CONF_ERROR;
     }
 
     if (conf->store == NULL) {

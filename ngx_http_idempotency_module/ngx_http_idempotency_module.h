@@ -55,6 +55,7 @@ typedef enum {
     NGX_HTTP_IDEMPOTENCY_REDRIVE,       /* forwarded again after an unknown
                                            outcome, for the backend to say */
     NGX_HTTP_IDEMPOTENCY_EXHAUSTED,
+    NGX_HTTP_IDEMPOTENCY_UNVERIFIED,
 
     NGX_HTTP_IDEMPOTENCY_NSTATUSES      /* how many: no status */
 } ngx_http_idempotency_status_e;
@@ -106,6 +107,13 @@ typedef enum {
 
 
 typedef struct ngx_http_idempotency_store_s  ngx_http_idempotency_store_t;
+
+/*
+ * "idempotency_key" (keyscan.h); "idempotency_signature", the signer a
+ * location trusts (signature.c)
+ */
+typedef struct ngx_http_idempotency_keysrc_s  ngx_http_idempotency_keysrc_t;
+typedef struct ngx_http_idempotency_signer_s  ngx_http_idempotency_signer_t;
 
 
 /* one MySQL server of a store; "conns" is per worker, made on first use */
@@ -188,6 +196,8 @@ typedef struct {
     ngx_http_idempotency_store_t   *admin;     /* idempotency_admin */
     ngx_uint_t                      methods;
     ngx_str_t                       header;
+    ngx_http_idempotency_keysrc_t  *keysrc;    /* NULL: the header */
+    ngx_http_idempotency_signer_t  *signer;    /* NULL: none */
     ngx_flag_t                      required;
     ngx_http_complex_value_t       *scope;
     ngx_flag_t                      fingerprint;

@@ -135,6 +135,26 @@ static ngx_http_idempotency_problem_t  ngx_http_idempotency_problems[] = {
                  "attempted again with this key."),
       1 },
 
+    /* "idempotency_key": the detail names the source and what is wrong
+     * ("json=data.object.id: not in the request body.") */
+
+    [NGX_HTTP_IDEMPOTENCY_P_BODY] = {
+      NGX_HTTP_BAD_REQUEST, NGX_HTTP_IDEMPOTENCY_INVALID,
+      ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "key-body-invalid"),
+      ngx_string("Request body holds no idempotency key"),
+      ngx_string("The request body is not what this resource reads its "
+                 "idempotency key from (not JSON, or larger than it "
+                 "reads); it was not executed."),
+      1 },
+
+    [NGX_HTTP_IDEMPOTENCY_P_SIGNATURE] = {
+      NGX_HTTP_UNAUTHORIZED, NGX_HTTP_IDEMPOTENCY_UNVERIFIED,
+      ngx_string(NGX_HTTP_IDEMPOTENCY_TYPE "signature-invalid"),
+      ngx_string("Signature invalid"),
+      ngx_string("The request's signature does not hold; it was not "
+                 "executed."),
+      1 },
+
     /* the operator API (admin.c): most details are the caller's; no
      * protected request is refused with these */
 
@@ -214,6 +234,9 @@ static ngx_http_idempotency_grpc_code_e  ngx_http_idempotency_grpc_problems[]
         NGX_HTTP_IDEMPOTENCY_GRPC_ALREADY_EXISTS,
     [NGX_HTTP_IDEMPOTENCY_P_EXHAUSTED] =
         NGX_HTTP_IDEMPOTENCY_GRPC_DEADLINE_EXCEEDED,
+    [NGX_HTTP_IDEMPOTENCY_P_BODY] = NGX_HTTP_IDEMPOTENCY_GRPC_INVALID_ARGUMENT,
+    [NGX_HTTP_IDEMPOTENCY_P_SIGNATURE] =
+        NGX_HTTP_IDEMPOTENCY_GRPC_UNAUTHENTICATED,
 
     /* the operator API is not called over gRPC; for completeness */
 
@@ -261,10 +284,10 @@ ngx_http_idempotency_problem_check(ngx_log_t *log)
 
 ngx_int_t
 ngx_http_idempotency_problem(ngx_http_request_t *r,
-    ngx_http_idempotency_problem_e problem, time_t retry_after,
-    ngx_str_t *members)
+    ngx_http_idempotency_problem_e problem, ngx_str_t *detail,
+    time_t retry_after, ngx_str_t *members)
 {
-    return ngx_http_idempotency_problem_out(r, problem, NULL, members,
+    return ngx_http_idempotency_problem_out(r, problem, detail, members,
                                 retry_after,
                                 ngx_http_idempotency_problems[problem].hints);
 }

@@ -29,6 +29,8 @@ typedef enum {
     NGX_HTTP_IDEMPOTENCY_P_UNKNOWN,
     NGX_HTTP_IDEMPOTENCY_P_EXECUTED,    /* the backend's marker (fence.c) */
     NGX_HTTP_IDEMPOTENCY_P_EXHAUSTED,   /* no attempt came back (claim.c) */
+    NGX_HTTP_IDEMPOTENCY_P_BODY,        /* no key in the body (keysrc.c) */
+    NGX_HTTP_IDEMPOTENCY_P_SIGNATURE,   /* a webhook's (signature.c) */
 
     /* the operator API (admin.c) */
     NGX_HTTP_IDEMPOTENCY_P_ADMIN_REQUEST,
@@ -42,16 +44,17 @@ typedef enum {
 
 
 /*
- * Sends the problem response of the main request; retry_after > 0 adds
- * Retry-After.  A protected request's problem also says whether a retry
- * can help, in the headers that the common SDKs obey
+ * Sends the problem response of the main request, with detail (NULL: the
+ * type's; JSON-escaped here); retry_after > 0 adds Retry-After.  A
+ * protected request's problem also says whether a retry can help, in the
+ * headers that the common SDKs obey
  * (Stripe-Should-Retry, X-Should-Retry): "true" with a Retry-After,
  * "false" without.  members as for problem_ext() below.  Returns what
  * the output filters returned, for ngx_http_finalize_request().
  */
 ngx_int_t ngx_http_idempotency_problem(ngx_http_request_t *r,
-    ngx_http_idempotency_problem_e problem, time_t retry_after,
-    ngx_str_t *members);
+    ngx_http_idempotency_problem_e problem, ngx_str_t *detail,
+    time_t retry_after, ngx_str_t *members);
 
 /*
  * The operator API's: without Retry-After and hints, with a detail of the

@@ -336,8 +336,8 @@ ngx_http_idempotency_resend_guard(ngx_http_request_t *r,
 
     /* the header filter records the outcome as unknown */
 
-    rc = ngx_http_idempotency_problem(r, NGX_HTTP_IDEMPOTENCY_P_UNKNOWN, 0,
-                                      NULL);
+    rc = ngx_http_idempotency_problem(r, NGX_HTTP_IDEMPOTENCY_P_UNKNOWN,
+                                      NULL, 0, NULL);
 
     ngx_http_finalize_request(r, rc);
 

@@ -111,8 +111,6 @@ static ngx_int_t ngx_http_idempotency_parse_server(ngx_conf_t *cf,
     ngx_http_idempotency_store_param_t *param, ngx_str_t *value,
     in_port_t default_port, ngx_uint_t ipv4_only,
     ngx_http_idempotency_addr_t *addr);
-static ngx_int_t ngx_http_idempotency_read_secret(ngx_conf_t *cf,
-    ngx_str_t *file, ngx_str_t *secret);
 static ngx_int_t ngx_http_idempotency_cstr(ngx_pool_t *pool, ngx_str_t *s);
 
 
@@ -910,7 +908,7 @@ ngx_http_idempotency_add_secret(ngx_conf_t *cf,
  * blocking read, as nginx reads its own certificate keys).
  */
 
-static ngx_int_t
+ngx_int_t
 ngx_http_idempotency_read_secret(ngx_conf_t *cf, ngx_str_t *file,
     ngx_str_t *secret)
 {

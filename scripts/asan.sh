@@ -112,7 +112,7 @@ build() {
         # .so's 2-element arrays over the binary's (the symbols resolve to
         # the binary's) and report the next reload's copy of the list as a
         # global-buffer-overflow: leave that generated file uninstrumented
-        MODS_O="$A/obj/${MODULE}_modules.o" perl -0pi -e \
+        MODS_O="../obj/${MODULE}_modules.o" perl -0pi -e \
             's{(\n\Q$ENV{MODS_O}\E:.*?\$\(CFLAGS\))}{$1 -fno-sanitize=address}s' \
             "$A/obj/Makefile"
         grep -q -- '-fno-sanitize=address' "$A/obj/Makefile" \

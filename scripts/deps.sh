@@ -19,6 +19,8 @@ PACKAGES=(
     # (PCRE2, zlib and OpenSSL for its rewrite, gzip and ssl modules)
     build-essential nginx nginx-dev libmariadb-dev libhiredis-dev
     libssl-dev libpcre2-dev zlib1g-dev
+    # the key's json= sources: yajl's streaming parser
+    libyajl-dev
     # services
     mariadb-server mariadb-client redis-server
     # tests: Test::Nginx's dependencies, the backend, valgrind

@@ -4,7 +4,9 @@
 #
 # Install the npm packages used by the Node.js test clients in t/tools/
 # (t/tools/stripe-retry.js needs the official Stripe Node library;
-# t/tools/grpc-server.js and grpc-call.js need @grpc/grpc-js).
+# t/tools/grpc-server.js and grpc-call.js need @grpc/grpc-js;
+# t/tools/webhook-sign.js signs deliveries with stripe, standardwebhooks
+# and @octokit/webhooks-methods, as the providers do).
 #
 #   scripts/node-deps.sh           install what is missing (quiet when nothing is)
 #   scripts/node-deps.sh --check   exit 1 (with a message) if something is missing
@@ -19,8 +21,10 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 NODE_DIR=${IDEM_NODE_DIR:-$ROOT/build/node}
 
 # exact versions, name@version
-# stripe 18 is the last major that runs on Debian 12's Node.js 18
-PACKAGES=(stripe@18.5.0 @grpc/grpc-js@1.14.7)
+# stripe 18 is the last major that runs on Debian 12's Node.js 18, and
+# @octokit/webhooks-methods 5 the last that does (6 needs Node.js 20)
+PACKAGES=(stripe@18.5.0 @grpc/grpc-js@1.14.7 standardwebhooks@1.3.0
+          @octokit/webhooks-methods@5.1.1)
 
 die() { echo "node-deps: $*" >&2; exit 1; }
 

@@ -164,7 +164,7 @@ for sql in schema purge_event fence upgrade-expiry-order; do
     check "schema: $SHARE/$sql.sql" [ -s "$SHARE/$sql.sql" ]
 done
 depends=$(dpkg-query -W -f='${Depends}' "$DEB_PACKAGE")
-for dep in nginx-abi- libmariadb3 libhiredis0.14 libssl3; do
+for dep in nginx-abi- libmariadb3 libhiredis0.14 libyajl2 libssl3; do
     check "Depends: $dep" grep -q "$dep" <<< "$depends"
 done
 
