@@ -33,6 +33,7 @@
 #include "ngx_http_idempotency_hold.h"
 #include "ngx_http_idempotency_owner.h"
 #include "ngx_http_idempotency_fence.h"
+#include "ngx_http_idempotency_ctx.h"
 
 
 /*
@@ -59,6 +60,7 @@
 
 static void ngx_http_idempotency_decide(ngx_http_idempotency_ctx_t *ctx,
     ngx_int_t rc);
+static void ngx_http_idempotency_claim_end(ngx_http_idempotency_ctx_t *ctx);
 static void ngx_http_idempotency_claim(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx);
 static void ngx_http_idempotency_claim_step(ngx_http_request_t *r,
@@ -185,11 +187,14 @@ ngx_http_idempotency_claim_step(ngx_http_request_t *r,
     /*
      * A READ before the request's first write needs no token: no row can
      * be its own yet, and a duplicate that the READ answers never draws
-     * one.
+     * one.  What the claim leaves when the request ends is its own to
+     * undo.
      */
 
-    if ((stmt == NGX_HTTP_IDEMPOTENCY_STMT_READ && !ctx->has_token)
-        || ngx_http_idempotency_token(ctx) == NGX_OK)
+    if (ngx_http_idempotency_on_end(ctx, ngx_http_idempotency_claim_end)
+        == NGX_OK
+        && ((stmt == NGX_HTTP_IDEMPOTENCY_STMT_READ && !ctx->has_token)
+            || ngx_http_idempotency_token(ctx) == NGX_OK))
     {
         cl.key_hash = ctx->key_hash;
         cl.owner = ctx->has_token ? ctx->token : NULL;
@@ -1230,8 +1235,15 @@ ngx_http_idempotency_poll_failed(ngx_http_request_t *r,
 }
 
 
-void
-ngx_http_idempotency_claim_cleanup(ngx_http_idempotency_ctx_t *ctx)
+/*
+ * The request ends: a claim in flight goes on without it (owner.c), the
+ * timer of a claim again after a lost race goes, and a key it holds is
+ * given back (what went upstream was recorded by the capture's end,
+ * which ran before this)
+ */
+
+static void
+ngx_http_idempotency_claim_end(ngx_http_idempotency_ctx_t *ctx)
 {
     if (ctx->claim.op) {
         /* the client left while its claim was in flight: the claim may
@@ -1241,5 +1253,9 @@ ngx_http_idempotency_claim_cleanup(ngx_http_idempotency_ctx_t *ctx)
         ctx->claim.op = NULL;
     }
 
-    ngx_http_idempotency_fence_cleanup(ctx);
+    if (ctx->wait_ev.timer_set) {
+        ngx_del_timer(&ctx->wait_ev);
+    }
+
+    ngx_http_idempotency_owner_end(ctx);
 }

@@ -20,8 +20,8 @@
 
 
 /*
- * The claim's part of the request context (ctx->claim).  Declared before
- * the context's header, which embeds it.
+ * The claim's part of the request context (ctx->claim).  Embedded by the
+ * context's header.
  */
 typedef struct {
     ngx_http_idempotency_op_t         *op;         /* claim in flight */
@@ -38,8 +38,6 @@ typedef struct {
 } ngx_http_idempotency_claim_ctx_t;
 
 
-#include "ngx_http_idempotency_ctx.h"
-
 
 /*
  * The key (and the body's fingerprint) is known: decides the request,
@@ -47,9 +45,6 @@ typedef struct {
  */
 void ngx_http_idempotency_lookup(ngx_http_request_t *r,
     ngx_http_idempotency_ctx_t *ctx);
-
-/* the request ends: a claim in flight goes on without it (owner.c) */
-void ngx_http_idempotency_claim_cleanup(ngx_http_idempotency_ctx_t *ctx);
 
 
 #endif /* _NGX_HTTP_IDEMPOTENCY_CLAIM_H_INCLUDED_ */

@@ -31,6 +31,7 @@
 #include "ngx_http_idempotency_sql.h"
 #include "ngx_http_idempotency_tier.h"
 #include "ngx_http_idempotency_hold.h"
+#include "ngx_http_idempotency_ctx.h"
 
 
 /* statements up to this size fit any server's max_allowed_packet as
@@ -76,6 +77,8 @@ typedef struct {
 } ngx_http_idempotency_job_t;
 
 
+static void ngx_http_idempotency_complete_end(
+    ngx_http_idempotency_ctx_t *ctx);
 static ngx_int_t ngx_http_idempotency_job_record(
     ngx_http_idempotency_job_t *job);
 static void ngx_http_idempotency_job_unstored(ngx_http_idempotency_job_t *job,
@@ -101,6 +104,12 @@ ngx_http_idempotency_complete_reserve(ngx_http_idempotency_ctx_t *ctx)
 {
     if (ctx->reserve) {
         return NGX_OK;
+    }
+
+    if (ngx_http_idempotency_on_end(ctx, ngx_http_idempotency_complete_end)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
     }
 
     if (ctx->capture.pool == NULL) {
@@ -231,8 +240,13 @@ ngx_http_idempotency_complete(ngx_http_idempotency_ctx_t *ctx,
 }
 
 
-void
-ngx_http_idempotency_complete_detach(ngx_http_idempotency_ctx_t *ctx)
+/*
+ * The request ends: a completion write goes on without it, and a capture
+ * that no job took is freed with its charge
+ */
+
+static void
+ngx_http_idempotency_complete_end(ngx_http_idempotency_ctx_t *ctx)
 {
     ngx_http_idempotency_job_t  *job;
 
@@ -241,6 +255,13 @@ ngx_http_idempotency_complete_detach(ngx_http_idempotency_ctx_t *ctx)
     if (job) {
         job->ctx = NULL;
         ctx->job = NULL;
+    }
+
+    if (ctx->capture.pool) {
+        ngx_destroy_pool(ctx->capture.pool);
+        ctx->capture.pool = NULL;
+        ctx->reserve = NULL;
+        ctx->capture.charged = NULL;
     }
 }
 

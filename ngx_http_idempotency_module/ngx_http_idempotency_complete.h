@@ -14,7 +14,7 @@
 #define _NGX_HTTP_IDEMPOTENCY_COMPLETE_H_INCLUDED_
 
 
-#include "ngx_http_idempotency_ctx.h"
+#include "ngx_http_idempotency_module.h"
 
 
 /*
@@ -37,9 +37,6 @@ ngx_int_t ngx_http_idempotency_complete(ngx_http_idempotency_ctx_t *ctx,
  */
 ngx_int_t ngx_http_idempotency_complete_reserve(
     ngx_http_idempotency_ctx_t *ctx);
-
-/* the request ends: the write goes on without it */
-void ngx_http_idempotency_complete_detach(ngx_http_idempotency_ctx_t *ctx);
 
 
 #endif /* _NGX_HTTP_IDEMPOTENCY_COMPLETE_H_INCLUDED_ */

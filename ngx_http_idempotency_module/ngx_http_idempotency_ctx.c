@@ -11,23 +11,33 @@
  * The context lives in the request's pool.  A cleanup of that pool holds
  * it too: nginx zeroes r->ctx on an internal redirect (named locations,
  * error_page), and the cleanup is how the context is found again, so
- * that a request claims at most once; when the pool goes, the cleanup
- * runs the teardown the handler gave.
+ * that a request claims at most once.  Each step that starts work the
+ * request's end must undo (a claim in flight, a hold, a capture) adds a
+ * cleanup of its own (ngx_http_idempotency_on_end()); the context's runs
+ * last, as it was added first.
  */
 
 
 #include "ngx_http_idempotency_ctx.h"
 #include "ngx_http_idempotency_problem.h"
+#include "ngx_http_idempotency_metrics.h"
+
+
+/* a step's cleanup: its handler, and the context it undoes for */
+typedef struct {
+    ngx_http_idempotency_ctx_t     *ctx;
+    ngx_http_idempotency_ctx_pt     handler;
+} ngx_http_idempotency_end_t;
 
 
 static void ngx_http_idempotency_ctx_cleanup(void *data);
+static void ngx_http_idempotency_end_handler(void *data);
 static void ngx_http_idempotency_resume_handler(ngx_event_t *ev);
 
 
 ngx_http_idempotency_ctx_t *
 ngx_http_idempotency_ctx_create(ngx_http_request_t *r,
-    ngx_http_idempotency_loc_conf_t *ilcf,
-    ngx_http_idempotency_ctx_pt teardown)
+    ngx_http_idempotency_loc_conf_t *ilcf)
 {
     ngx_pool_cleanup_t          *cln;
     ngx_http_idempotency_ctx_t  *ctx;
@@ -47,7 +57,6 @@ ngx_http_idempotency_ctx_create(ngx_http_request_t *r,
 
     ctx->request = r;
     ctx->conf = ilcf;
-    ctx->teardown = teardown;
     ctx->status = NGX_HTTP_IDEMPOTENCY_BYPASS;
     ctx->state = NGX_HTTP_IDEMPOTENCY_S_DONE;
 
@@ -57,12 +66,64 @@ ngx_http_idempotency_ctx_create(ngx_http_request_t *r,
 }
 
 
+/* the request ends: it is counted, and the context's own work undone */
+
 static void
 ngx_http_idempotency_ctx_cleanup(void *data)
 {
     ngx_http_idempotency_ctx_t  *ctx = data;
 
-    ctx->teardown(ctx);
+    ngx_http_idempotency_metrics_request(ctx->conf->store, ctx->status,
+                                         ctx->tier);
+
+    if (ctx->resume_ev.posted) {
+        ngx_delete_posted_event(&ctx->resume_ev);
+    }
+
+    if (ctx->replay_pool) {
+        ngx_destroy_pool(ctx->replay_pool);
+        ctx->replay_pool = NULL;
+    }
+}
+
+
+ngx_int_t
+ngx_http_idempotency_on_end(ngx_http_idempotency_ctx_t *ctx,
+    ngx_http_idempotency_ctx_pt handler)
+{
+    ngx_pool_cleanup_t          *cln;
+    ngx_http_idempotency_end_t  *end;
+
+    for (cln = ctx->request->pool->cleanup; cln; cln = cln->next) {
+        if (cln->handler == ngx_http_idempotency_end_handler
+            && ((ngx_http_idempotency_end_t *) cln->data)->handler == handler)
+        {
+            return NGX_OK;
+        }
+    }
+
+    cln = ngx_pool_cleanup_add(ctx->request->pool,
+                               sizeof(ngx_http_idempotency_end_t));
+    if (cln == NULL) {
+        return NGX_ERROR;
+    }
+
+    end = cln->data;
+    end->ctx = ctx;
+    end->handler = handler;
+
+    cln->handler = ngx_http_idempotency_end_handler;
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_idempotency_end_handler(void *data)
+{
+    ngx_http_idempotency_end_t  *end = data;
+
+    end->handler(end->ctx);
 }
 
 

@@ -11,8 +11,9 @@
  * What a protected request carries on its way through the files of the
  * request path, and the small API they share: the context itself (also
  * after an internal redirect zeroed r->ctx), the outcome and the resumed
- * phases, the memory of a replay, the key's shard.  This file calls no
- * other file of the request path: the handler gives it the teardown.
+ * phases, the memory of a replay, the key's shard, and what runs when the
+ * request ends (each step's own cleanup).  This file calls no other file
+ * of the request path.
  */
 
 
@@ -27,19 +28,6 @@
 #include "ngx_http_idempotency_redis.h"
 #include "ngx_http_idempotency_lease.h"
 #include "ngx_http_idempotency_key.h"
-
-
-typedef struct ngx_http_idempotency_ctx_s  ngx_http_idempotency_ctx_t;
-
-/*
- * Where a tier lookup or a hold goes on when it ends: rc NGX_OK, a tier
- * has the response (ctx->entry); NGX_DECLINED, MySQL is to be asked.
- */
-typedef void (*ngx_http_idempotency_next_pt)(ngx_http_idempotency_ctx_t *ctx,
-    ngx_int_t rc);
-
-/* a report to the request: the request ends (teardown), a write ended */
-typedef void (*ngx_http_idempotency_ctx_pt)(ngx_http_idempotency_ctx_t *ctx);
 
 
 /* ctx->state: where the request is on its way to a decision */
@@ -61,7 +49,8 @@ typedef void (*ngx_http_idempotency_ctx_pt)(ngx_http_idempotency_ctx_t *ctx);
 
 /*
  * The parts of the context that one step owns, each declared in the
- * header of its file before that header includes this one.
+ * header of its file (which names the context by its type in module.h,
+ * never including this header).
  */
 #include "ngx_http_idempotency_keysrc.h"
 #include "ngx_http_idempotency_claim.h"
@@ -72,7 +61,6 @@ typedef void (*ngx_http_idempotency_ctx_pt)(ngx_http_idempotency_ctx_t *ctx);
 
 struct ngx_http_idempotency_ctx_s {
     ngx_http_request_t                 *request;
-    ngx_http_idempotency_ctx_pt         teardown;   /* the request ends */
     ngx_http_idempotency_loc_conf_t    *conf;
     ngx_http_idempotency_shard_t       *shard;
 
@@ -127,11 +115,23 @@ struct ngx_http_idempotency_ctx_s {
 
 /*
  * The context of a request that the module handles, in r->ctx and in a
- * cleanup of the request pool that runs teardown() when the request ends.
+ * cleanup of the request pool, which counts the request when it ends and
+ * frees a replay's memory.
  */
 ngx_http_idempotency_ctx_t *ngx_http_idempotency_ctx_create(
-    ngx_http_request_t *r, ngx_http_idempotency_loc_conf_t *ilcf,
-    ngx_http_idempotency_ctx_pt teardown);
+    ngx_http_request_t *r, ngx_http_idempotency_loc_conf_t *ilcf);
+
+/*
+ * Each step undoes itself: handler(ctx) runs when the request ends (a
+ * cleanup of its pool), once however often it is asked for.  Cleanups run
+ * in the reverse order of their first asking: a step asks when it starts
+ * the work that must be undone, so the work started last is undone first
+ * (the capture's outcome before the completion job lets the request go,
+ * before the claim gives its key back).  NGX_ERROR: no memory, and the
+ * step must not start.
+ */
+ngx_int_t ngx_http_idempotency_on_end(ngx_http_idempotency_ctx_t *ctx,
+    ngx_http_idempotency_ctx_pt handler);
 
 /* the context, also after an internal redirect zeroed r->ctx */
 ngx_http_idempotency_ctx_t *ngx_http_idempotency_get_ctx(

@@ -21,6 +21,7 @@
 #include "ngx_http_idempotency_fence.h"
 #include "ngx_http_idempotency_sql.h"
 #include "ngx_http_idempotency_store.h"
+#include "ngx_http_idempotency_ctx.h"
 
 
 /* the longest result reference a marker gives back (its column's size) */
@@ -30,6 +31,7 @@
 static void ngx_http_idempotency_fence_busy(ngx_http_idempotency_ctx_t *ctx,
     ngx_http_idempotency_shard_t *shard, ngx_uint_t max);
 static void ngx_http_idempotency_fence_done(ngx_http_idempotency_op_t *op);
+static void ngx_http_idempotency_fence_end(ngx_http_idempotency_ctx_t *ctx);
 static ngx_http_idempotency_fence_e ngx_http_idempotency_fence_verdict(
     ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op);
 
@@ -148,7 +150,9 @@ ngx_http_idempotency_fence(ngx_http_idempotency_ctx_t *ctx,
 
     op = NULL;
 
-    if (ngx_http_idempotency_marker_hash(ctx->key_hash,
+    if (ngx_http_idempotency_on_end(ctx, ngx_http_idempotency_fence_end)
+        == NGX_OK
+        && ngx_http_idempotency_marker_hash(ctx->key_hash,
                                          ctx->has_life ? ctx->life : NULL,
                                          ctx->fence.marker)
         == NGX_OK)
@@ -373,8 +377,10 @@ ngx_http_idempotency_fence_record(ngx_http_idempotency_ctx_t *ctx,
 }
 
 
-void
-ngx_http_idempotency_fence_cleanup(ngx_http_idempotency_ctx_t *ctx)
+/* the request ends: a fence in flight commits or not without it */
+
+static void
+ngx_http_idempotency_fence_end(ngx_http_idempotency_ctx_t *ctx)
 {
     if (ctx->fence.op) {
         /* autocommit: the marker is written or not, whoever waits */

@@ -33,16 +33,14 @@ typedef enum {
 } ngx_http_idempotency_fence_e;
 
 
-/* where a fence goes on (the context's type is not declared yet) */
-struct ngx_http_idempotency_ctx_s;
-
+/* where a fence goes on */
 typedef void (*ngx_http_idempotency_fence_pt)(
-    struct ngx_http_idempotency_ctx_s *ctx, ngx_http_idempotency_fence_e rc);
+    ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_fence_e rc);
 
 
 /*
- * The fence's part of the request context (ctx->fence).  Declared before
- * the context's header, which embeds it.
+ * The fence's part of the request context (ctx->fence).  Embedded by the
+ * context's header.
  */
 typedef struct {
     ngx_http_idempotency_op_t         *op;        /* in flight */
@@ -52,8 +50,6 @@ typedef struct {
     u_char              marker[NGX_HTTP_IDEMPOTENCY_HASH_LEN];
 } ngx_http_idempotency_fence_ctx_t;
 
-
-#include "ngx_http_idempotency_ctx.h"
 
 
 /* "idempotency_fence store [table=name] | off" */
@@ -79,9 +75,6 @@ ngx_int_t ngx_http_idempotency_fence_result(ngx_http_idempotency_ctx_t *ctx,
     ngx_str_t *result);
 void ngx_http_idempotency_fence_record(ngx_http_idempotency_ctx_t *ctx,
     ngx_msec_t live);
-
-/* the request ends: a fence in flight commits or not without it */
-void ngx_http_idempotency_fence_cleanup(ngx_http_idempotency_ctx_t *ctx);
 
 
 #endif /* _NGX_HTTP_IDEMPOTENCY_FENCE_H_INCLUDED_ */

@@ -33,6 +33,7 @@
 #include "ngx_http_idempotency_complete.h"
 #include "ngx_http_idempotency_outcome.h"
 #include "ngx_http_idempotency_grpc.h"
+#include "ngx_http_idempotency_ctx.h"
 
 
 /* how long the end of a response waits for its completion */
@@ -55,6 +56,7 @@
 #define NGX_HTTP_IDEMPOTENCY_GUARD_LOOKS  200
 
 
+static void ngx_http_idempotency_filter_end(ngx_http_idempotency_ctx_t *ctx);
 static ngx_int_t ngx_http_idempotency_header_filter(ngx_http_request_t *r);
 static ngx_int_t ngx_http_idempotency_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
@@ -304,7 +306,13 @@ ngx_http_idempotency_capture_prepare(ngx_http_idempotency_ctx_t *ctx)
 {
     ngx_pool_cleanup_t  *cln;
 
-    if (ngx_http_idempotency_complete_reserve(ctx) != NGX_OK) {
+    /* the completion's end is asked for first, so that this one runs
+     * before it: an outcome it records is the job's to finish */
+
+    if (ngx_http_idempotency_complete_reserve(ctx) != NGX_OK
+        || ngx_http_idempotency_on_end(ctx, ngx_http_idempotency_filter_end)
+           != NGX_OK)
+    {
         return NGX_ERROR;
     }
 
@@ -1157,8 +1165,18 @@ ngx_http_idempotency_send_deferred_handler(ngx_event_t *ev)
 }
 
 
-void
-ngx_http_idempotency_filter_cleanup(ngx_http_idempotency_ctx_t *ctx)
+/*
+ * The request ends: the end of a response no longer waits, and a key it
+ * still holds is recorded as far as is known.  Its response did not
+ * reach its end (an upstream that failed mid-response, with the client
+ * there or not), or none came (the upstream failed after the client
+ * left, so nginx had nobody to send its page to): if any of it reached
+ * an upstream, the outcome is unknown.  A key that nothing sent upstream
+ * is given back by the claim's own end (claim.c), which runs after this.
+ */
+
+static void
+ngx_http_idempotency_filter_end(ngx_http_idempotency_ctx_t *ctx)
 {
     if (ctx->filter.defer_ev.timer_set) {
         ngx_del_timer(&ctx->filter.defer_ev);
@@ -1174,6 +1192,16 @@ ngx_http_idempotency_filter_cleanup(ngx_http_idempotency_ctx_t *ctx)
 
     if (ctx->filter.stall_ev.timer_set) {
         ngx_del_timer(&ctx->filter.stall_ev);
+    }
+
+    if (ctx->owner
+        && (ctx->capture.active
+            || ngx_http_idempotency_outcome_sent(ctx->request)
+               == NGX_HTTP_IDEMPOTENCY_UNSURE))
+    {
+        (void) ngx_http_idempotency_filter_unsure(ctx, ctx->capture.active
+                                ? "its response did not reach its end"
+                                : "no response came back from the upstream");
     }
 }
 

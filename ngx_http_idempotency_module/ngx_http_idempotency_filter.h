@@ -57,8 +57,6 @@ typedef struct {
 } ngx_http_idempotency_filter_ctx_t;
 
 
-#include "ngx_http_idempotency_ctx.h"
-
 
 ngx_int_t ngx_http_idempotency_filter_init(ngx_conf_t *cf);
 
@@ -73,9 +71,6 @@ void ngx_http_idempotency_filter_guard(ngx_http_request_t *r,
  */
 ngx_int_t ngx_http_idempotency_capture_prepare(
     ngx_http_idempotency_ctx_t *ctx);
-
-/* the request ends: the end of a response no longer waits */
-void ngx_http_idempotency_filter_cleanup(ngx_http_idempotency_ctx_t *ctx);
 
 /*
  * The request ends without a complete response after it was sent

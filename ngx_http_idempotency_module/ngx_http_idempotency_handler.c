@@ -15,7 +15,7 @@
  * meanwhile; claim.c resolves the outcome and resumes the phases (ctx.c),
  * where the handler lets a won claim go on to its content handler or
  * answers the request itself (replay, 409, 422, ...).  When the request
- * ends, its teardown gives back whatever it still holds.
+ * ends, each step undoes its own work (ctx.h, on_end).
  */
 
 
@@ -31,6 +31,7 @@
 #include "ngx_http_idempotency_owner.h"
 #include "ngx_http_idempotency_outcome.h"
 #include "ngx_http_idempotency_resend.h"
+#include "ngx_http_idempotency_ctx.h"
 
 
 static ngx_int_t ngx_http_idempotency_start(ngx_http_request_t *r,
@@ -50,7 +51,6 @@ static ngx_int_t ngx_http_idempotency_strip_header(ngx_http_request_t *r,
 static ngx_int_t ngx_http_idempotency_list_delete(ngx_pool_t *pool,
     ngx_list_t *l, ngx_list_part_t *prev, ngx_list_part_t *part,
     ngx_uint_t i);
-static void ngx_http_idempotency_teardown(ngx_http_idempotency_ctx_t *ctx);
 
 
 ngx_int_t
@@ -131,11 +131,7 @@ ngx_http_idempotency_start(ngx_http_request_t *r,
     ngx_int_t                    rc;
     ngx_http_idempotency_ctx_t  *ctx;
 
-    /* the teardown gives back whatever the request still holds when it
-     * ends */
-
-    ctx = ngx_http_idempotency_ctx_create(r, ilcf,
-                                          ngx_http_idempotency_teardown);
+    ctx = ngx_http_idempotency_ctx_create(r, ilcf);
     if (ctx == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
@@ -475,75 +471,4 @@ ngx_http_idempotency_list_delete(ngx_pool_t *pool, ngx_list_t *l,
     }
 
     return NGX_OK;
-}
-
-
-/*
- * The request ends: its timers and posted events go, a tier lookup or a
- * claim in flight is detached, and a key the request still holds is
- * given back, or kept as executed when its client left.
- */
-
-static void
-ngx_http_idempotency_teardown(ngx_http_idempotency_ctx_t *ctx)
-{
-    ngx_http_idempotency_metrics_request(ctx->conf->store, ctx->status,
-                                         ctx->tier);
-
-    /* the waiter list, the hold's or a reclaim's timer */
-    ngx_http_idempotency_hold_cleanup(ctx);
-
-    if (ctx->resume_ev.posted) {
-        ngx_delete_posted_event(&ctx->resume_ev);
-    }
-
-    /* a Redis lookup in flight */
-    ngx_http_idempotency_tier_cleanup(ctx);
-
-    /* the end of a response that waits for its completion */
-    ngx_http_idempotency_filter_cleanup(ctx);
-
-    ngx_http_idempotency_lease_stop(&ctx->lease);
-
-    /* a claim in flight gives the key back if it wins */
-    ngx_http_idempotency_claim_cleanup(ctx);
-
-    if (ctx->owner) {
-
-        /*
-         * The request ends while it holds the key: its response did not
-         * reach its end (an upstream that failed mid-response, with the
-         * client there or not), or none came (the upstream failed after
-         * the client left, so nginx had nobody to send its page to).  If
-         * any of it reached an upstream, the outcome is unknown.
-         */
-
-        if (ctx->capture.active
-            || ngx_http_idempotency_outcome_sent(ctx->request)
-               == NGX_HTTP_IDEMPOTENCY_UNSURE)
-        {
-            (void) ngx_http_idempotency_filter_unsure(ctx, ctx->capture.active
-                                ? "its response did not reach its end"
-                                : "no response came back from the upstream");
-        }
-    }
-
-    /* nothing of it went upstream: a retry runs it */
-    ngx_http_idempotency_release(ctx, "request ended before it was sent "
-                                      "upstream");
-
-    /* a completion write goes on without the request */
-    ngx_http_idempotency_complete_detach(ctx);
-
-    if (ctx->capture.pool) {
-        ngx_destroy_pool(ctx->capture.pool);
-        ctx->capture.pool = NULL;
-        ctx->reserve = NULL;
-        ctx->capture.charged = NULL;
-    }
-
-    if (ctx->replay_pool) {
-        ngx_destroy_pool(ctx->replay_pool);
-        ctx->replay_pool = NULL;
-    }
 }

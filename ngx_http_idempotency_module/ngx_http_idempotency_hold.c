@@ -13,12 +13,14 @@
 #include "ngx_http_idempotency_metrics.h"
 #include "ngx_http_idempotency_hold.h"
 #include "ngx_http_idempotency_tier.h"
+#include "ngx_http_idempotency_ctx.h"
 
 
 /* held duplicates of this worker, by the first byte of the key hash */
 #define NGX_HTTP_IDEMPOTENCY_WAITERS  256
 
 
+static void ngx_http_idempotency_hold_end(ngx_http_idempotency_ctx_t *ctx);
 static ngx_int_t ngx_http_idempotency_hold_enter(
     ngx_http_idempotency_ctx_t *ctx);
 static void ngx_http_idempotency_hold_handler(ngx_event_t *ev);
@@ -85,6 +87,12 @@ ngx_http_idempotency_hold_enter(ngx_http_idempotency_ctx_t *ctx)
 
     if (ctx->hold.held) {
         return NGX_OK;
+    }
+
+    if (ngx_http_idempotency_on_end(ctx, ngx_http_idempotency_hold_end)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
     }
 
     if (!ngx_http_idempotency_waiters_ready) {
@@ -207,8 +215,10 @@ ngx_http_idempotency_hold_wake(ngx_http_idempotency_store_t *store,
 }
 
 
-void
-ngx_http_idempotency_hold_cleanup(ngx_http_idempotency_ctx_t *ctx)
+/* the request ends: out of the waiter list, its timer gone */
+
+static void
+ngx_http_idempotency_hold_end(ngx_http_idempotency_ctx_t *ctx)
 {
     ngx_http_idempotency_hold_leave(ctx);
 

@@ -25,8 +25,8 @@
 
 
 /*
- * The hold's part of the request context (ctx->hold).  Declared before
- * the context's header, which embeds it.
+ * The hold's part of the request context (ctx->hold).  Embedded by the
+ * context's header.
  */
 typedef struct {
     ngx_queue_t                        waiter;     /* held duplicate */
@@ -37,8 +37,6 @@ typedef struct {
     unsigned                           woken:1;    /* by the owner's end */
 } ngx_http_idempotency_hold_ctx_t;
 
-
-#include "ngx_http_idempotency_ctx.h"
 
 
 /* how often a held duplicate looks into the cache zone, ms */
@@ -57,9 +55,6 @@ ngx_int_t ngx_http_idempotency_hold(ngx_http_idempotency_ctx_t *ctx,
 /* the key's owner in this worker is done: wake its held duplicates */
 void ngx_http_idempotency_hold_wake(ngx_http_idempotency_store_t *store,
     u_char *key_hash);
-
-/* the request ends: out of the waiter list, timers gone */
-void ngx_http_idempotency_hold_cleanup(ngx_http_idempotency_ctx_t *ctx);
 
 
 #endif /* _NGX_HTTP_IDEMPOTENCY_HOLD_H_INCLUDED_ */

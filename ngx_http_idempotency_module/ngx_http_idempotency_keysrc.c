@@ -25,6 +25,7 @@
 #include "ngx_http_idempotency_keysrc.h"
 #include "ngx_http_idempotency_issue.h"
 #include "ngx_http_idempotency_problem.h"
+#include "ngx_http_idempotency_ctx.h"
 
 
 static ngx_int_t ngx_http_idempotency_header_key(ngx_http_request_t *r,

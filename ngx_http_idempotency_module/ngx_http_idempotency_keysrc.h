@@ -24,13 +24,11 @@
 #include "ngx_http_idempotency_signature.h"
 
 
-struct ngx_http_idempotency_ctx_s;
-
 
 /*
  * The key's part of the request context (ctx->source): the walk over the
- * body, a slice per event, and what it feeds.  Declared before the
- * context's header, which embeds it.
+ * body, a slice per event, and what it feeds.  Embedded by the
+ * context's header.
  */
 typedef struct {
     ngx_http_idempotency_fp_t           fp;
@@ -40,14 +38,12 @@ typedef struct {
     ngx_http_idempotency_verify_t      *verify;    /* the signature */
     ngx_str_t                          *parts;     /* by source */
     void                              (*known)(ngx_http_request_t *r,
-                                           struct ngx_http_idempotency_ctx_s
+                                               ngx_http_idempotency_ctx_t
                                                                       *ctx);
     unsigned                            unkeyed:1; /* checked, then passed
                                                       unprotected */
 } ngx_http_idempotency_source_ctx_t;
 
-
-#include "ngx_http_idempotency_ctx.h"
 
 
 /* where a request goes on once its key and fingerprint are known */

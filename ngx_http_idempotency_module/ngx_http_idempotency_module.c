@@ -31,6 +31,7 @@
 #include "ngx_http_idempotency_resend.h"
 #include "ngx_http_idempotency_fence.h"
 #include "ngx_http_idempotency_problem.h"
+#include "ngx_http_idempotency_ctx.h"
 
 
 #define NGX_HTTP_IDEMPOTENCY_MAX_RESPONSE  (256 * 1024 * 1024)

@@ -109,6 +109,23 @@ typedef enum {
 typedef struct ngx_http_idempotency_store_s  ngx_http_idempotency_store_t;
 
 /*
+ * The request context (ctx.h), declared here so that a step's header
+ * names it without including ctx.h, which includes the steps' headers
+ * for the parts it embeds.
+ */
+typedef struct ngx_http_idempotency_ctx_s    ngx_http_idempotency_ctx_t;
+
+/*
+ * Where a tier lookup or a hold goes on when it ends: rc NGX_OK, a tier
+ * has the response (ctx->entry); NGX_DECLINED, MySQL is to be asked.
+ */
+typedef void (*ngx_http_idempotency_next_pt)(ngx_http_idempotency_ctx_t *ctx,
+    ngx_int_t rc);
+
+/* a report to the request: a write ended, a step's work ended */
+typedef void (*ngx_http_idempotency_ctx_pt)(ngx_http_idempotency_ctx_t *ctx);
+
+/*
  * "idempotency_key" (keyscan.h); "idempotency_signature", the signer a
  * location trusts (signature.c)
  */

@@ -22,6 +22,7 @@
 
 #include "ngx_http_idempotency_owner.h"
 #include "ngx_http_idempotency_sql.h"
+#include "ngx_http_idempotency_ctx.h"
 
 
 /*
@@ -67,6 +68,16 @@ ngx_http_idempotency_handed_over(ngx_http_idempotency_ctx_t *ctx)
     ctx->owner = 0;
 
     ngx_http_idempotency_lease_stop(&ctx->lease);
+}
+
+
+void
+ngx_http_idempotency_owner_end(ngx_http_idempotency_ctx_t *ctx)
+{
+    ngx_http_idempotency_lease_stop(&ctx->lease);
+
+    ngx_http_idempotency_release(ctx, "request ended before it was sent "
+                                      "upstream");
 }
 
 

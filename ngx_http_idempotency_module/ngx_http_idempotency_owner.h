@@ -20,8 +20,15 @@
 #define _NGX_HTTP_IDEMPOTENCY_OWNER_H_INCLUDED_
 
 
-#include "ngx_http_idempotency_ctx.h"
+#include "ngx_http_idempotency_module.h"
+#include "ngx_http_idempotency_mysql.h"
 
+
+/*
+ * The request ends holding the key: nothing of it went upstream (the
+ * capture's end would have recorded what did), so a retry runs it
+ */
+void ngx_http_idempotency_owner_end(ngx_http_idempotency_ctx_t *ctx);
 
 /* gives the claim up (the key is free for a retry) */
 void ngx_http_idempotency_release(ngx_http_idempotency_ctx_t *ctx,

@@ -28,6 +28,7 @@
 #include "ngx_http_idempotency_resend.h"
 #include "ngx_http_idempotency_outcome.h"
 #include "ngx_http_idempotency_problem.h"
+#include "ngx_http_idempotency_ctx.h"
 
 
 typedef struct {

@@ -20,7 +20,7 @@
 #define _NGX_HTTP_IDEMPOTENCY_RESEND_H_INCLUDED_
 
 
-#include "ngx_http_idempotency_ctx.h"
+#include "ngx_http_idempotency_module.h"
 
 
 /*

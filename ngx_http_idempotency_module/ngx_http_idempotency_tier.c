@@ -32,8 +32,10 @@
 #include "ngx_http_idempotency_cache.h"
 #include "ngx_http_idempotency_entry.h"
 #include "ngx_http_idempotency_redis.h"
+#include "ngx_http_idempotency_ctx.h"
 
 
+static void ngx_http_idempotency_tier_end(ngx_http_idempotency_ctx_t *ctx);
 static ngx_int_t ngx_http_idempotency_tier_shm(
     ngx_http_idempotency_ctx_t *ctx, ngx_uint_t count);
 static void ngx_http_idempotency_tier_redis_done(
@@ -65,7 +67,13 @@ ngx_http_idempotency_tier_lookup(ngx_http_idempotency_ctx_t *ctx,
         return NGX_OK;
     }
 
-    if (store->redis_name.len == 0) {
+    /* without a way to undo the lookup when the request ends, MySQL
+     * answers */
+
+    if (store->redis_name.len == 0
+        || ngx_http_idempotency_on_end(ctx, ngx_http_idempotency_tier_end)
+           != NGX_OK)
+    {
         return NGX_DECLINED;
     }
 
@@ -638,8 +646,10 @@ ngx_http_idempotency_tier_peek(ngx_http_idempotency_ctx_t *ctx)
 }
 
 
-void
-ngx_http_idempotency_tier_cleanup(ngx_http_idempotency_ctx_t *ctx)
+/* the request ends: a Redis lookup in flight is detached */
+
+static void
+ngx_http_idempotency_tier_end(ngx_http_idempotency_ctx_t *ctx)
 {
     if (ctx->redis_op) {
         ngx_http_idempotency_redis_detach(ctx->redis_op);

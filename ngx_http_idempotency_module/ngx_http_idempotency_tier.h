@@ -19,7 +19,7 @@
 #define _NGX_HTTP_IDEMPOTENCY_TIER_H_INCLUDED_
 
 
-#include "ngx_http_idempotency_ctx.h"
+#include "ngx_http_idempotency_module.h"
 
 
 /*
@@ -50,9 +50,6 @@ void ngx_http_idempotency_tier_put(ngx_http_idempotency_store_t *store,
  */
 ngx_int_t ngx_http_idempotency_tier_forget(
     ngx_http_idempotency_store_t *store, u_char *key_hash, ngx_uint_t epoch);
-
-/* the request ends: a Redis lookup in flight is detached */
-void ngx_http_idempotency_tier_cleanup(ngx_http_idempotency_ctx_t *ctx);
 
 
 #endif /* _NGX_HTTP_IDEMPOTENCY_TIER_H_INCLUDED_ */
