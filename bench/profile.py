@@ -5,8 +5,8 @@
 """Instruction counts per request of the module's hot paths, under
 callgrind (deterministic, so before/after comparisons survive a noisy
 machine), and what a first request costs the nginx workers under the
-bench's load (`worker`).  Used for the "Profile" section of
-docs/benchmarks.md.
+bench's load (`worker`).  Used for docs/benchmarks.md
+("Instructions per request") and bench/NOTES.md.
 
     python3 bench/profile.py [REQUESTS]
     python3 bench/profile.py worker [SECONDS] [ROUNDS]
@@ -18,7 +18,10 @@ replay answered by MySQL, a first request) it sends REQUESTS requests on
 one keep-alive connection after a warm-up, with the counters zeroed before
 and dumped after, and prints Ir per request: all of nginx, and inclusive
 in the module's phase handler, its filters, OpenSSL (RAND, EVP) and
-libmariadb.  Output files: build/bench/profile/callgrind.out.*.
+libmariadb.  Output files: build/bench/profile/callgrind.out.*, and
+build/bench/profile/ir.json (the Ir per request of each path), which
+bench/report.py puts in docs/benchmarks.md ("Instructions per request");
+copy it to bench/profile-ir.json to commit the figures.
 The callgrind counts are split by ELF object too (exclusive Ir: the
 module, nginx, libmariadb, libcrypto, libc, the rest).
 
@@ -35,6 +38,7 @@ goes both ways too (the unix socket's server on BENCH_PORT_BASE + 5).
 """
 
 import http.client
+import json
 import os
 import subprocess
 import sys
@@ -144,6 +148,22 @@ def object_group(path):
     return 'other'
 
 
+def save_ir(results):
+    """build/bench/profile/ir.json, for bench/report.py"""
+    rev = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'],
+                         cwd=run.ROOT, stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, text=True).stdout.strip()
+    rec = {'source': '`bench/profile.py %d` at %s, %s' % (
+               N, rev or '?', time.strftime('%Y-%m-%d %H:%M UTC',
+                                             time.gmtime())),
+           'requests': N,
+           'paths': [{'name': name, 'ir': round(total / N),
+                      'objects': {g: round(v / N) for g, v in byob.items()}}
+                     for name, total, _found, byob in results]}
+    with open(os.path.join(P, 'ir.json'), 'w') as f:
+        json.dump(rec, f, indent=1)
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == 'worker':
         return profile_worker.main(sys.argv[2:])
@@ -204,6 +224,7 @@ def main():
             print('    exclusive, by object: ' + ', '.join(
                 '%s %.0f' % (g, v / N) for g, v in
                 sorted(byob.items(), key=lambda kv: -kv[1])))
+        save_ir(results)
     finally:
         vg.terminate()
         try:

@@ -3,7 +3,7 @@
 
 """`python3 bench/profile.py worker [SECONDS] [ROUNDS]`: what a first
 request costs the nginx workers, per component, against plain proxy_pass
-(docs/benchmarks.md, "What a first request costs the worker").
+(bench/NOTES.md, "What a first request costs the worker").
 
 The bench's nginx (bench/nginx.conf.in, BENCH_WORKERS workers) and
 upstream, the bench's wrk load of fresh keys (bench/lua/unique.lua,

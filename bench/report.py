@@ -5,14 +5,21 @@
 
 Called by bench/run.py at the end of a run, or alone with
 `bench/run.sh report`.  Every figure, ratio and verdict is computed here
-from the raw per-round files; the prose around them is fixed.  The
-"Profile" section is kept from the existing docs/benchmarks.md (it is
-written by hand)."""
+from the raw per-round files, the instruction counts of bench/profile.py
+(build/bench/profile/ir.json, or the last committed ones in
+bench/profile-ir.json) and make bench-scale's records of the current
+verdict (bench/scale-results/*/); the prose around them is fixed.  The
+last section, "Measured apart", is kept from the existing
+docs/benchmarks.md (it is written by hand); the dated A/B history is in
+bench/NOTES.md."""
 
+import glob
 import json
 import os
 import statistics
 import subprocess
+
+import scale_report
 
 ORDER = [
     ('return', 'return'), ('proxy', 'unique'), ('proxy', 'unique-c1'),
@@ -56,7 +63,7 @@ MODULE = ('mysql', 'mysql-flush1', 'redis', 'shm', 'webhook', 'webhook-sig')
 PEERS = ('express-idempotency', 'node-idempotency')
 # the limits: nothing but the request path the module or the peers sit in
 LIMITS = ('return', 'proxy', 'plain-express')
-PROFILE_MARK = '## Profile'
+KEPT_MARK = '## Measured apart'
 # lines of the latency chart: (system, workload) -> colour
 LAT_UNIQUE = [
     (('proxy', 'unique'), '#444444'), (('mysql', 'unique'), '#2a7ab9'),
@@ -127,7 +134,6 @@ def aggregate(rounds):
             'rps_max': max(r['wrk']['rps'] for r in rs),
             'p50': med(r['wrk']['p50_us'] / 1000 for r in rs),
             'p99': med(r['wrk']['p99_us'] / 1000 for r in rs),
-            'p99_each': [r['wrk']['p99_us'] / 1000 for r in rs],
             'requests': sum(r['wrk']['requests'] for r in rs),
             'non2xx': sum(r['wrk']['err_status'] for r in rs),
             'sockerr': sum(r['wrk']['socket_errors'] for r in rs),
@@ -210,8 +216,8 @@ def webhook_section(w, agg):
             *[f0(x) for x in d]))
     w('')
     w('`make bench-keycost` measures the same two components alone, '
-      'without the noise of a loaded machine (see "Webhook keys: the '
-      'parser\'s and the HMAC\'s cost" below).')
+      'without the noise of a loaded machine ("Webhook keys" under '
+      '"Measured apart").')
     w('')
 
 
@@ -286,47 +292,263 @@ def verdict(ok):
 # targets retired on the shared 2-CPU machine (issue 34): MariaDB, the
 # upstream, wrk and the kernel need the CPU they ask for, whatever the
 # module costs; still measured and shown, with no verdict
-REPORTED = ('reported (not a target on this machine: "What a first '
-            'request costs the worker")')
+REPORTED = 'reported, not judged on this machine (bench/NOTES.md)'
 
 
 def ratio(a, b):
     return None if a is None or not b else a / b
 
 
+def round_ratios(rounds, key, base, field):
+    """[key's field / base's field in the same round] over the rounds
+    that measured both: a round's own conditions move both"""
+    out = []
+    for rnd in rounds:
+        a = [r for r in rnd if (r['system'], r['workload']) == key]
+        b = [r for r in rnd if (r['system'], r['workload']) == base]
+        if a and b and field(b[0]):
+            out.append(field(a[0]) / field(b[0]))
+    return out
+
+
+def p99_of(r):
+    return r['wrk']['p99_us'] / 1000
+
+
+# ------------------------------------------------------ instruction counts
+
+IR_PATHS = [
+    # bench/profile.py's name of a path, and the page's
+    ('first request (mysql)', 'first request, store over loopback TCP'),
+    ('first request (unix socket)', 'first request, store over the unix '
+     'socket'),
+    ('mysql replay', 'replay from MySQL'),
+    ('shm replay', 'replay from the shm zone'),
+    ('proxy_pass, no module', 'plain `proxy_pass` (module loaded)'),
+]
+IR_BASE = 'proxy_pass, no module'
+IR_FIRST = 'first request (mysql)'
+
+
+def load_ir(results, bench_dir):
+    """bench/profile.py's instruction counts: this checkout's last run
+    (build/bench/profile/ir.json) or the last committed figures
+    (bench/profile-ir.json); {name: (low, high)}, and the record"""
+    for p in (os.path.join(os.path.dirname(results), 'profile', 'ir.json'),
+              os.path.join(bench_dir, 'profile-ir.json')):
+        if os.path.exists(p):
+            with open(p) as f:
+                rec = json.load(f)
+            paths = {}
+            for e in rec['paths']:
+                v = e['ir']
+                paths[e['name']] = (v[0], v[-1]) if isinstance(v, list) \
+                    else (v, v)
+            return paths, rec, p
+    return None, None, None
+
+
+def span(lo, hi, fmt=f0):
+    return fmt(lo) if fmt(lo) == fmt(hi) else '%s–%s' % (fmt(lo), fmt(hi))
+
+
+def ir_ratio(paths, name):
+    """(low, high) of a path's Ir over plain proxy_pass's"""
+    a, b = paths.get(name), paths.get(IR_BASE)
+    if not a or not b:
+        return None
+    return a[0] / b[1], a[1] / b[0]
+
+
+def times2(x):
+    return '%.2f×' % x
+
+
+def ir_section(w, paths, rec, path, bench_dir):
+    w('## Instructions per request (callgrind)')
+    w('')
+    w('`python3 bench/profile.py [N]` runs one nginx process of the '
+      'bench\'s configuration under callgrind and sends N requests of each '
+      'path on one keep-alive connection, after a warm-up: a first request '
+      '(the store over loopback TCP, and over MariaDB\'s unix socket), a '
+      'replay from MySQL, a replay from the shm zone, and plain '
+      '`proxy_pass` with the module loaded. The figure is the instructions '
+      '(Ir) of the whole nginx process, user space, per request. Unlike the '
+      'CPU time above they do not move with the machine\'s load, so they '
+      'judge what the worker spends on a first request, module against '
+      'plain `proxy_pass`. On one connection nothing is batched: a first '
+      'request sends its claim and its completion as two statements of '
+      'their own. The kernel\'s part (the socket calls, more than half of a '
+      'worker\'s CPU time here) is not counted, which is why the ratio in '
+      'instructions is higher than the one in CPU time.')
+    w('')
+    if not paths:
+        w('(no instruction counts: run `python3 bench/profile.py`)')
+        w('')
+        return
+    where = os.path.relpath(path, os.path.dirname(bench_dir))
+    w('From `%s`: %s.' % (where, rec.get('source', '?')))
+    w('')
+    w('| path | Ir per request | of plain `proxy_pass` |')
+    w('|---|--:|--:|')
+    for name, label in IR_PATHS:
+        if name not in paths:
+            continue
+        r = (1, 1) if name == IR_BASE else ir_ratio(paths, name)
+        w('| %s | %s | %s |' % (label, span(*paths[name]),
+                                '—' if r is None else span(*r, fmt=times2)))
+    w('')
+
+
+# ------------------------------------------------------------------ scale
+
+def load_scale(bench_dir):
+    """the records of make bench-scale's current verdict: the folder of
+    bench/scale-results/ with the newest run (meta.json's date)"""
+    best = None
+    for d in glob.glob(os.path.join(bench_dir, 'scale-results', '*')):
+        if os.path.exists(os.path.join(d, 'meta.json')):
+            recs, meta = scale_report.load(d)
+            if recs and (best is None or meta['date'] > best[1]['date']):
+                best = (recs, meta, d)
+    return best
+
+
+def scale_section(w, scale, bench_dir):
+    w('## The store at scale')
+    w('')
+    w('`make bench-scale` (`bench/scale.sh`, `bench/scale.py`) measures '
+      'what a first request, a cold replay, the purge and the operator '
+      'listing cost the store as the live keys grow, on a MariaDB of its '
+      'own whose buffer pool is far smaller than the table at its largest '
+      'size (reads from disk are `O_DIRECT`). Each size is filled in one '
+      'statement, warmed up as a running server would be, then measured '
+      'through nginx with wrk; the purge is measured off and on in '
+      'alternated rounds and judged on the median of the rounds. It writes '
+      '`build/bench-scale/results/`: a JSON record per size, `scale.md` '
+      '(these tables and more) and `scale.png`. The current verdict\'s '
+      'records are kept in `bench/scale-results/`, which this page reads; '
+      'the method in full and the earlier runs are in '
+      '[bench/NOTES.md](../bench/NOTES.md#the-store-at-scale-issue-34).')
+    w('')
+    if not scale:
+        w('(no records in bench/scale-results/)')
+        w('')
+        return
+    recs, meta, d = scale
+    w('The run of %s (`%s/`): buffer pool %s, a stored record of %d bytes, '
+      '%d s per measurement, %d connections, load average %s at the start; '
+      'first requests and cold replays at each size:' % (
+          meta['date'], os.path.relpath(d, os.path.dirname(bench_dir)),
+          scale_report.mib(meta['buffer_pool_bytes']),
+          meta['response_bytes'], meta['duration'], meta['connections'],
+          meta['loadavg_start'].split()[0]))
+    w('')
+    w('| live keys | table on disk | first req/s | p99 ms | MariaDB µs / '
+      'first | pool reads / first | cold replay req/s | pool reads / '
+      'replay | listing ms |')
+    w('|--:|--:|--:|--:|--:|--:|--:|--:|--:|')
+    for r in recs:
+        u, c, ls = r['phases']['unique'], r['phases']['cold'], r['listing']
+        w('| {:,} | {} | {:,.0f} | {:.2f} | {:.0f} | {:.3f} | {:,.0f} | '
+          '{:.3f} | {:.1f} |'.format(
+              r['rows'], scale_report.mib(r['table_bytes']), u['rps'],
+              u['p99_ms'], u['mariadb_cpu_us'], u['pool_reads'], c['rps'],
+              c['pool_reads'], max(ls[k]['median_ms']
+                                   for k in ('in_progress', 'unknown'))))
+    w('')
+    w('The targets (issue 34), each size against the smallest table of the '
+      'same run:')
+    w('')
+    for line in scale_report.targets_table(recs):
+        w(line)
+    w('')
+    w('![cost against live keys](benchmarks-scale.png)')
+    w('')
+
+
+# -------------------------------------------------------------- generate
+
 def generate(results, doc, png, bench_dir):
     d = load(results)
     if not d['rounds']:
         raise SystemExit('bench: no results in %s' % results)
     agg = aggregate(d['rounds'])
-    cfg, mach = d['config'], d['machine']
-    ret = agg.get(('return', 'return'), {}).get('rps')
-    prox = agg.get(('proxy', 'unique'), {})
-    peer_replay, peer_replay_name = best_peer(agg, 'replay')
-    peer_unique, peer_unique_name = best_peer(agg, 'unique')
-
+    ir, ir_rec, ir_path = load_ir(results, bench_dir)
     L = []
     w = L.append
+    method_section(w, d, ir_path, bench_dir)
+    results_section(w, d, agg)
+    webhook_section(w, agg)
+    targets_section(w, d, agg, ir)
+    ir_section(w, ir, ir_rec, ir_path, bench_dir)
+    cost_section(w, agg)
+    burst_section(w, d)
+    rss_section(w, d)
+    scale_section(w, load_scale(bench_dir), bench_dir)
+    machine_section(w, d)
+    reproduce_section(w, d)
+
+    # the hand-written section, kept
+    kept = None
+    if os.path.exists(doc):
+        with open(doc) as f:
+            old = f.read()
+        i = old.find('\n' + KEPT_MARK)
+        if i >= 0:
+            kept = old[i + 1:].rstrip('\n')
+    L.append(kept or KEPT_MARK + '\n\n(not written yet)')
+    with open(doc, 'w') as f:
+        f.write('\n'.join(L) + '\n')
+
+    # -------------------------------------------------------------- chart
+    dat = os.path.join(results, 'plot.dat')
+    with open(dat, 'w') as f:
+        for key in ORDER:
+            if key not in agg or key[1] == 'unique-c1':
+                continue
+            a = agg[key]
+            grp = 0 if key[0] in LIMITS else (
+                1 if key[0] in MODULE else 2)
+            label = SHORT[key[0]] + ('' if key[1] == 'return'
+                                     else ' ' + key[1])
+            f.write('"%s" %.1f %.1f %.1f %d\n' % (
+                label, a['rps'], a['rps_min'], a['rps_max'], grp))
+    subprocess.run(['gnuplot', '-e', "datafile='%s'; outfile='%s'" % (
+        dat, png), os.path.join(bench_dir, 'plot.gp')], check=True)
+    latency_chart(results, agg, png, bench_dir)
+
+
+def method_section(w, d, ir_path, bench_dir):
+    cfg, mach = d['config'], d['machine']
     w('# Benchmarks')
     w('')
-    w('Generated by `%s` on %s (`bench/run.py`, `bench/report.py`); '
-      'do not edit by hand except the "Profile" section. Raw figures: '
-      '`build/bench/results/`.' % (cfg.get('command', 'make bench'),
-                                   mach.get('date', '?')))
+    w('Generated by `%s` on %s (`bench/run.py`, `bench/report.py`) from '
+      '`build/bench/results/`, with the instruction counts of '
+      '`bench/profile.py` (`%s`) and the records of `make bench-scale`\'s '
+      'current verdict (`bench/scale-results/`). Do not edit by hand except '
+      'the last section, "Measured apart". Earlier runs, the A/B '
+      'comparisons of changes and the investigations behind the figures '
+      'are in [bench/NOTES.md](../bench/NOTES.md), dated.' % (
+          cfg.get('command', 'make bench'), mach.get('date', '?'),
+          os.path.relpath(ir_path, os.path.dirname(bench_dir))
+          if ir_path else 'none'))
     w('')
-    w('What runs: one nginx (%d workers, `access_log off`) with a server per '
-      'system, in front of one tiny upstream (`bench/upstream.js`, a Node '
-      '`http` server answering 201 with a fixed 67-byte JSON body and '
-      'counting executions per key). The two peers run the *same* '
-      '`execute()` of `bench/upstream.js` inside express, behind their '
-      'middleware, with Redis as their store; "plain express, no '
-      'middleware" (`bench/node/plain-express.js`) is their route without '
-      'the middleware, the peers\' counterpart of plain `proxy_pass`. '
-      '"module, MySQL only, flush=1" is the MySQL-only server measured '
-      'with MariaDB\'s `innodb_flush_log_at_trx_commit` at 1 instead of 2 '
-      '(set for its measurement only). wrk (%d threads, %d '
-      'connections, %d s per measurement after a %d s warm-up) POSTs a '
-      '52-byte JSON body with an `Idempotency-Key`:' % (
+    w('## Method')
+    w('')
+    w('`make bench` runs one nginx (%d workers, `access_log off`) with a '
+      'server per system, in front of one tiny upstream (`bench/upstream.js`, '
+      'a Node `http` server answering 201 with a fixed 67-byte JSON body and '
+      'counting executions per key): nginx `return` and plain `proxy_pass` '
+      '(the limits), the module with MySQL only, + Redis and + the shm '
+      'cache, and two Node.js peers that run the *same* `execute()` inside '
+      'express behind their middleware, with Redis as their store ("plain '
+      'express, no middleware", `bench/node/plain-express.js`, is their '
+      'route without it). "module, MySQL only, flush=1" is the MySQL-only '
+      'server measured with MariaDB\'s `innodb_flush_log_at_trx_commit` at '
+      '1 instead of 2. wrk (%d threads, %d connections, %d s per '
+      'measurement after a %d s warm-up) POSTs a 52-byte JSON body with an '
+      '`Idempotency-Key`:' % (
           cfg.get('workers', 2), cfg.get('threads', 2),
           cfg.get('connections', 64), cfg.get('duration', 10),
           cfg.get('warmup', 1)))
@@ -343,14 +565,24 @@ def generate(results, doc, png, bench_dir):
       '(`bench/lua/mix.lua`): a retry-heavy client population.' % (
           cfg.get('mix_new_pct', 10), cfg.get('keys', 1000)))
     w('')
-    w('Each figure is the median of %d rounds; a round measures every '
-      'system once, in an order that rotates from round to round, so slow '
-      'phases of the (shared, noisy) machine hit all systems alike. Error '
-      'counts are totals over all rounds. wrk, nginx, the upstream, the '
-      'peers, MariaDB and Redis all share the same %s-CPU machine, so every '
-      'system competes with its load generator for the CPUs.' % (
+    w('A round measures every system once, in an order that rotates from '
+      'round to round, so that slow phases of the machine hit all systems '
+      'alike. Each figure is the median of the %d rounds; error counts are '
+      'totals. wrk, nginx, the upstream, the peers, MariaDB and Redis share '
+      'one %s-CPU machine, which other work shares too, so a single round '
+      'can move any figure by a third: every target is judged on the median '
+      'of the rounds, a target that sets a system against another in the '
+      'same round (the tail\'s p99) on the median of the rounds\' ratios, '
+      'each round listed. The worker\'s cost per first request is judged '
+      'also in instructions per request (callgrind), which do not move with '
+      'the machine. After the rounds: a burst of identical requests, and '
+      'a long replay run for the workers\' memory.' % (
           len(d['rounds']), mach.get('nproc', '?')))
     w('')
+
+
+def results_section(w, d, agg):
+    mach = d['machine']
     w('## Results')
     w('')
     w('| system | workload | req/s | p50 ms | p99 ms | non-2xx | socket '
@@ -439,58 +671,9 @@ def generate(results, doc, png, bench_dir):
                 f2(a['busy']), f2(a['other'])))
         w('')
 
-    webhook_section(w, agg)
 
-    # ------------------------------------------------------------ ratios
-    w('## Ratios')
-    w('')
-    w('Replays against nginx `return` (%s req/s) and the faster peer\'s '
-      'replay (%s, %s req/s):' % (f0(ret), peer_replay_name or '—',
-                                   f0(peer_replay)))
-    w('')
-    w('| system | replay req/s | of nginx `return` | × faster peer | '
-      'mix req/s | mix of nginx `return` |')
-    w('|---|--:|--:|--:|--:|--:|')
-    for s in MODULE + PEERS:
-        a = agg.get((s, 'replay'))
-        if not a:
-            continue
-        m = agg.get((s, 'mix'), {}).get('rps')
-        w('| %s | %s | %s | %s | %s | %s |' % (
-            NAME[s], f0(a['rps']), pct(ratio(a['rps'], ret)),
-            times(ratio(a['rps'], peer_replay)), f0(m), pct(ratio(m, ret))))
-    w('')
-    w('First requests against plain `proxy_pass` (%s req/s, p50 %s ms) and '
-      'the faster peer\'s first requests (%s, %s req/s):' % (
-          f0(prox.get('rps')), f2(prox.get('p50')), peer_unique_name or '—',
-          f0(peer_unique)))
-    w('')
-    prox1 = agg.get(('proxy', 'unique-c1'), {})
-    w('| system | unique req/s | of `proxy_pass` | × faster peer | '
-      'p50 ms | added p50 ms | p50 ms, 1 connection | added p50 ms, '
-      '1 connection |')
-    w('|---|--:|--:|--:|--:|--:|--:|--:|')
-    for s in ('mysql', 'mysql-flush1') + PEERS:
-        a = agg.get((s, 'unique'))
-        if not a:
-            continue
-        a1 = agg.get((s, 'unique-c1'), {})
-        w('| %s | %s | %s | %s | %s | %s | %s | %s |' % (
-            NAME[s], f0(a['rps']), pct(ratio(a['rps'], prox.get('rps'))),
-            times(ratio(a['rps'], peer_unique)), f2(a['p50']),
-            f2(a['p50'] - prox['p50'] if prox.get('p50') is not None
-               else None),
-            f2(a1.get('p50')),
-            f2(a1['p50'] - prox1['p50']
-               if a1.get('p50') is not None and prox1.get('p50') is not None
-               else None)))
-    w('')
-    if prox1:
-        w('Plain `proxy_pass` on one connection: p50 %s ms, p99 %s ms.' % (
-            f2(prox1.get('p50')), f2(prox1.get('p99'))))
-        w('')
 
-    # -------------------------------------------------------------- cost
+def cost_section(w, agg):
     cost = []       # (system, its baseline, store CPU part)
     for s in ('mysql', 'mysql-flush1'):
         cost.append((s, 'proxy', 'mariadb'))
@@ -534,7 +717,14 @@ def generate(results, doc, png, bench_dir):
           'lost when Redis restarts.')
         w('')
 
-    # ----------------------------------------------------------- targets
+
+
+def targets_section(w, d, agg, ir):
+    cfg = d['config']
+    ret = agg.get(('return', 'return'), {}).get('rps')
+    prox = agg.get(('proxy', 'unique'), {})
+    peer_replay, _name = best_peer(agg, 'replay')
+    peer_unique, peer_unique_name = best_peer(agg, 'unique')
     w('## Targets')
     w('')
     w('| target | measured | verdict |')
@@ -568,21 +758,20 @@ def generate(results, doc, png, bench_dir):
               cfg.get('connections', 64), f2(add),
               verdict(add is not None and add <= 1.5)))
         # the tail: p99 of every first-request and mix row of the module
-        # against twice plain proxy_pass's p99 on the same load, in every
-        # round (each round's own proxy_pass), not only the medians
-        lim = 2 * prox['p99'] if prox.get('p99') is not None else None
-        plim = [2 * x for x in prox.get('p99_each', [])]
+        # against twice plain proxy_pass's p99 on unique in the same round
+        # (a round's own conditions move both), judged on the median of
+        # the rounds' ratios, every round listed
         for key in ORDER:
             if (key[0] not in MODULE or key[1] not in ('unique', 'mix')
                     or key not in agg):
                 continue
-            each = agg[key]['p99_each']
-            ok = (lim is not None and len(plim) == len(each)
-                  and all(x <= l for x, l in zip(each, plim)))
-            w('| p99 ≤ 2× plain `proxy_pass`\'s p99 on unique in every '
-              'round (%s ms): %s, %s | %s ms | %s |' % (
-                  ' / '.join(f2(x) for x in plim), NAME[key[0]], key[1],
-                  ' / '.join(f2(x) for x in each), verdict(ok)))
+            rr = round_ratios(d['rounds'], key, ('proxy', 'unique'), p99_of)
+            m = med(rr)
+            w('| p99 ≤ 2× plain `proxy_pass`\'s p99 on unique, median of the '
+              'rounds (each round): %s, %s | %s (%s) | %s |' % (
+                  NAME[key[0]], key[1], '—' if m is None else times2(m),
+                  ', '.join(times2(x) for x in rr),
+                  verdict(m is not None and m <= 2)))
         a1 = agg.get(('mysql', 'unique-c1'))
         p1 = agg.get(('proxy', 'unique-c1'))
         if a1 and p1:
@@ -610,11 +799,19 @@ def generate(results, doc, png, bench_dir):
               f0(ng), f0(ng0), '—' if r4 is None else '%.2f×' % r4,
               verdict(r4 is not None and r4 <= 2)))
         w('| nginx worker CPU per first request ≤ 1.5× plain '
-          '`proxy_pass`\'s (store over loopback TCP; over the unix '
-          'socket: "What a first request costs the worker") '
-          '| %s | %s |' % (
+          '`proxy_pass`\'s | %s | %s |' % (
               '—' if r4 is None else '%.2f×' % r4,
               verdict(r4 is not None and r4 <= 1.5)))
+    # the same two, in instructions per request (callgrind, user space):
+    # the worker's cost without the machine's noise
+    r = ir_ratio(ir, IR_FIRST) if ir else None
+    for lim in (2, 1.5):
+        w('| nginx worker instructions per first request ≤ %g× plain '
+          '`proxy_pass`\'s (callgrind) | %s vs %s Ir: %s | %s |' % (
+              lim, span(*ir[IR_FIRST]) if r else '—',
+              span(*ir[IR_BASE]) if r else '—',
+              span(*r, fmt=times2) if r else '—',
+              '—' if r is None else verdict(r[1] <= lim)))
     a = agg.get(('mysql', 'replay'))
     if a:
         r7 = ratio(a['rps'], ret)
@@ -653,7 +850,9 @@ def generate(results, doc, png, bench_dir):
                                        b['executions'] == 1)))
     w('')
 
-    # ------------------------------------------------------------- burst
+
+
+def burst_section(w, d):
     if d['burst']:
         b0 = d['burst'][0]
         w('## Correctness under a burst')
@@ -680,7 +879,10 @@ def generate(results, doc, png, bench_dir):
           'with the UNIQUE key of its table.')
         w('')
 
-    # --------------------------------------------------------------- rss
+
+
+def rss_section(w, d):
+    cfg, rss = d['config'], d['rss']
     if rss:
         w('## Worker memory over a long replay run')
         w('')
@@ -715,7 +917,10 @@ def generate(results, doc, png, bench_dir):
           'workers\' own memory.')
         w('')
 
-    # ------------------------------------------------------------ machine
+
+
+def machine_section(w, d):
+    mach = d['machine']
     w('## Machine')
     w('')
     lc = mach.get('lscpu', {})
@@ -754,8 +959,8 @@ def generate(results, doc, png, bench_dir):
       'table, a 1 GB redo log, `innodb_io_capacity` 2000 (max 4000) '
       'and `innodb_max_dirty_pages_pct_lwm=10`, so that the page '
       'cleaner flushes in the background and no checkpoint has to '
-      'flush pages synchronously during a round: the "Profile" '
-      'section, "The tail"; '
+      'flush pages synchronously during a round: bench/NOTES.md, '
+      '"The tail"; '
       'the flush=1 row runs '
       '`SET GLOBAL innodb_flush_log_at_trx_commit=1` before its '
       'measurement and sets it back to 2 right after; Redis without '
@@ -769,7 +974,9 @@ def generate(results, doc, png, bench_dir):
           'bench_keys', 7, 8))
     w('')
 
-    # ---------------------------------------------------------- reproduce
+
+
+def reproduce_section(w, d):
     w('## Reproduce')
     w('')
     w('    make bench                       # the defaults, as above')
@@ -778,6 +985,12 @@ def generate(results, doc, png, bench_dir):
       'build/bench/results/')
     w('    bench/run.sh serve               # only start the systems '
       '(ports 18080-18093, or from BENCH_PORT_BASE)')
+    w('    python3 bench/profile.py 1000    # the instruction counts: '
+      'build/bench/profile/ir.json')
+    w('    make bench-scale                 # the store at scale: '
+      'build/bench-scale/results/')
+    w('    make bench-keycost               # the webhook key\'s scan and '
+      'HMAC alone')
     w('')
     w('`make bench` runs `deps`, `build` and `services` first, then '
       '`bench/setup.sh` (installs `wrk` and `gnuplot-nox` when missing, '
@@ -799,39 +1012,18 @@ def generate(results, doc, png, bench_dir):
       '18090; peers 18091 and 18092; plain express 18093. `make bench` is '
       'not part of `make test`.')
     w('')
+    w('New instruction counts are committed by copying '
+      '`build/bench/profile/ir.json` to `bench/profile-ir.json`; a new '
+      'verdict of `make bench-scale` by putting its `meta.json`, '
+      '`size-*.json` and `scale.md` in a folder of `bench/scale-results/` '
+      'in place of the old one, and its `scale.png` in '
+      '`docs/benchmarks-scale.png`. Then `bench/run.sh report`.')
+    w('')
     if d['nginx_errors']:
         w('nginx logged %d error lines during the run (last: `%s`).' % (
             len(d['nginx_errors']), d['nginx_errors'][-1][:200]))
         w('')
 
-    # ------------------------------------------------------------ profile
-    profile = None
-    if os.path.exists(doc):
-        with open(doc) as f:
-            old = f.read()
-        i = old.find('\n' + PROFILE_MARK)
-        if i >= 0:
-            profile = old[i + 1:].rstrip('\n')
-    L.append(profile or PROFILE_MARK + '\n\n(not written yet)')
-    with open(doc, 'w') as f:
-        f.write('\n'.join(L) + '\n')
-
-    # -------------------------------------------------------------- chart
-    dat = os.path.join(results, 'plot.dat')
-    with open(dat, 'w') as f:
-        for key in ORDER:
-            if key not in agg or key[1] == 'unique-c1':
-                continue
-            a = agg[key]
-            grp = 0 if key[0] in LIMITS else (
-                1 if key[0] in MODULE else 2)
-            label = SHORT[key[0]] + ('' if key[1] == 'return'
-                                     else ' ' + key[1])
-            f.write('"%s" %.1f %.1f %.1f %d\n' % (
-                label, a['rps'], a['rps_min'], a['rps_max'], grp))
-    subprocess.run(['gnuplot', '-e', "datafile='%s'; outfile='%s'" % (
-        dat, png), os.path.join(bench_dir, 'plot.gp')], check=True)
-    latency_chart(results, agg, png, bench_dir)
 
 
 def latency_chart(results, agg, png, bench_dir):

@@ -2,8 +2,11 @@
 # SPDX-License-Identifier: BSD-2-Clause
 
 """build/bench-scale/results/scale.md and scale.png from the size-N.json
-records of bench/scale.py (`bench/scale.sh report` alone).  The tables
-go into docs/benchmarks.md by hand, with the run's conditions."""
+records of bench/scale.py (`bench/scale.sh report` alone).  The records
+of the current verdict are kept in bench/scale-results/NAME/ (meta.json,
+size-*.json, scale.md), and bench/report.py puts their tables in
+docs/benchmarks.md ("The store at scale") with load() and
+targets_table() below; scale.png goes to docs/benchmarks-scale.png."""
 
 import glob
 import json
