@@ -86,7 +86,8 @@ $uri = $_SERVER['REQUEST_URI'];
 $path = parse_url($uri, PHP_URL_PATH);
 $p = $_GET;
 
-if ($path === '/__count' && $method === 'GET') {
+// under any prefix (docs/cookbook.md's /php/ location: t/540)
+if (substr($path, -8) === '/__count' && $method === 'GET') {
     header('Content-Type: text/plain');
     echo isset($p['key']) ? read_count($p['key']) : read_count("\0all");
     exit;

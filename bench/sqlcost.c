@@ -111,7 +111,7 @@ static const char  read_sql[] =
  * module's, which moves expires_at (a column of every index, so that a
  * batch's UPDATE runs in two passes, "Using buffer"), or with
  * SQLCOST_KEEP=lease one that keeps the answer in lease_until instead
- * and changes no index column (measured, not adopted: docs/benchmarks.md,
+ * and changes no index column (measured, not adopted: bench/NOTES.md,
  * "Keeping a late answer in lease_until")
  */
 static const char  keep_expires[] =

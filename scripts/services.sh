@@ -107,7 +107,7 @@ PYTHON=${PYTHON:-python3}
 
 # the tuning of the default set's MariaDB servers.  The redo log, the
 # buffer pool and the page cleaner are sized for `make bench`
-# (docs/benchmarks.md, "The tail"): a redo log that fills, or a buffer
+# (bench/NOTES.md, "The tail"): a redo log that fills, or a buffer
 # pool without free pages, makes InnoDB flush pages synchronously, and
 # every write waits 40-250 ms for it.  With max_dirty_pages_pct_lwm at
 # 0 (the default) MariaDB 10.11's page cleaner flushes nothing in the
