@@ -13,6 +13,7 @@ use strict;
 use warnings;
 
 use Digest::SHA qw(sha256_hex);
+use IO::Socket::INET ();
 use Exporter ();
 our @ISA = ('Exporter');
 use Test::Nginx::Socket ();
@@ -117,7 +118,7 @@ sub _location {
 
 # every block gets the store and the backend unless it brings its own; an
 # [alert] or [crit] line (a crashed worker is an [alert] of the master)
-# fails every block, under both runners, unless the block expects one
+# fails every block unless the block expects one
 Test::Nginx::Socket::add_block_preprocessor(sub {
     my $block = shift;
 
@@ -137,6 +138,25 @@ Test::Nginx::Socket::add_block_preprocessor(sub {
 
     $block->set_value('no_error_log', $never);
 });
+
+# Under valgrind Test::Nginx starts nginx in the foreground and goes on
+# before it listens (its own requests retry the connection): a block's
+# init code waits for it first
+if ($ENV{TEST_NGINX_USE_VALGRIND}) {
+    Test::Nginx::Socket::add_block_preprocessor(sub {
+        my $block = shift;
+        my $init = $block->init;
+
+        $block->set_value('init', "IdemTest::wait_listening();\n$init")
+            if defined $init;
+    });
+}
+
+sub wait_listening {
+    IdemStress::wait_for('nginx to listen', 60, sub {
+        IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => port())
+    }, 0.2);
+}
 
 # the sections a block of the file gets when it has none of its own,
 # called before run_tests:
@@ -248,9 +268,8 @@ sub record {
 # a TCP relay that a test can cut (IdemStress::tcp_proxy)
 sub tcp_proxy { return IdemStress::tcp_proxy(@_) }
 
-# The real Test::Nginx evaluates "--- init" code in package
-# Test::Nginx::Util, our runner in main: make the helpers callable there
-# too, so the same .t files work under both.
+# Test::Nginx evaluates "--- init" code in package Test::Nginx::Util:
+# make the helpers callable there too, without their package's name.
 sub import {
     my $class = shift;
 
