@@ -7,10 +7,13 @@
 #
 #   scripts/run-tests.sh [prove arguments: files, directories, -v ...]
 #
-# Finds OpenResty's Test::Nginx, resets the store, starts a fresh test
-# backend, runs prove, stops the backend whatever the result, and exits
-# with prove's status.  Runs in the same checkout are serialized (they
-# share ports and t/servroot).
+# Finds OpenResty's Test::Nginx, starts the private services
+# (scripts/services.sh) that are not running, resets the store, starts a
+# fresh test backend, runs prove, stops the backend and the services it
+# started whatever the result (KEEP_SERVICES=1: the services stay), and
+# exits with prove's status.  Runs in the same checkout are serialized
+# (they share ports and t/servroot): a run stops its services only once
+# the next one may start them again.
 #
 # Under valgrind (TEST_NGINX_USE_VALGRIND, `make test-valgrind`) it uses
 # Test::Nginx's valgrind mode with t/valgrind.suppress, and fails the run
@@ -138,14 +141,22 @@ valgrind_check() {
 }
 
 GRPC_PIDFILE=$TDIR/grpc.pid
+STARTED=$TDIR/services.started
 
 stop_backend() {
     scripts/services.sh backend stop "$PIDFILE" -q 9>&- || true
     scripts/services.sh grpc stop "$GRPC_PIDFILE" -q 9>&- || true
+    case ${KEEP_SERVICES:-0} in
+        0|'') scripts/services.sh stop --started "$STARTED" 9>&- || true ;;
+        *)    rm -f "$STARTED" ;;
+    esac
 }
 trap stop_backend EXIT
 trap 'exit 130' INT TERM
 
+# MariaDB, Redis, PHP-FPM and uWSGI; those that were running before are
+# not noted in $STARTED, so stay
+scripts/services.sh start --started "$STARTED" 9>&- || exit 1
 scripts/services.sh reset >/dev/null 9>&- || exit 1
 : > "$LOGFILE"
 scripts/services.sh backend restart "$TEST_NGINX_BACKEND_PORT" "$PIDFILE" "$LOGFILE" \
