@@ -24,7 +24,8 @@ use Reaper ();
 
 our @EXPORT = qw(key_hash_hex marker_hex fingerprint sql sql_at sql_root bg_request
                  store_config orders_location via_location block_defaults
-                 port curl_post record tcp_proxy shard_of wait_state);
+                 port curl_post record tcp_proxy shard_of wait_state
+                 post_key idem_of);
 
 for my $v (qw(MYSQL_PORT MYSQL_USER MYSQL_PASSWORD MYSQL_DB BACKEND_PORT)) {
     die "TEST_NGINX_$v is not set: run the suite with 'make test'\n"
@@ -83,6 +84,29 @@ sub via_location {
     return _location("/$name/", 'http://backend/', ['internal;'],
                      idempotency => $name, @o);
 }
+
+# A protected location at $path that passes the request's URI as it is,
+# with the options of orders_location:
+#
+#   IdemTest::location('/v1/', add_header => 'X-Idem')
+sub location {
+    my ($path, @o) = @_;
+
+    return _location($path, 'http://backend', [], @o);
+}
+
+# A server of a block's own beside Test::Nginx's, for its http_config:
+# listen 127.0.0.1:$listen ("PORT" and any listen parameters) around
+# $body, its directives and locations
+sub server {
+    my ($listen, $body) = @_;
+
+    return "server {\n    listen 127.0.0.1:$listen;\n$body}\n";
+}
+
+# the n-th of the ports beside Test::Nginx's that the suite's files take
+# for their other servers and relays (IdemStress::port)
+sub extra_port { IdemStress::port(@_) }
 
 my %SHOWN = ('X-Idem' => 'status', 'X-Tier' => 'tier', 'X-Key' => 'key');
 
@@ -177,6 +201,23 @@ sub block_defaults {
 
 sub port {
     return $ENV{TEST_NGINX_SERVER_PORT} || $ENV{TEST_NGINX_PORT} || 1984;
+}
+
+# a POST of $o{body} ("x") with the key $key to Test::Nginx's server (or
+# $o{port}): its response, as IdemStress's client reads it ({status,
+# headers, body, error})
+sub post_key {
+    my ($uri, $key, %o) = @_;
+
+    return IdemStress::post(delete $o{port} // port(), $uri, $key, %o);
+}
+
+# a response as "STATUS X-IDEM" (its X-Idem header, "-" if none)
+sub idem_of {
+    my ($r) = @_;
+
+    return ($r->{error} ? "error $r->{error}" : $r->{status} // 0) . ' '
+         . (IdemStress::hdr($r, 'X-Idem') // '-');
 }
 
 # curl -s OPTIONS -X POST -H 'Idempotency-Key: KEY' --data-binary x
