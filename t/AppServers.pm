@@ -14,7 +14,7 @@ use warnings;
 use Exporter ();
 our @ISA = ('Exporter');
 our @EXPORT = qw(app_nginx app_count app_retry check_replay check_unknown
-                 check_answers check_cut pattern);
+                 check_answers check_cut pattern app_location count_location);
 
 use Test::More;
 use Time::HiRes qw(sleep);
@@ -44,6 +44,24 @@ my %PASS = (
 
 my $ngx;
 
+# A protected location at $path that passes to the server of $kind (php,
+# uwsgi, fcgi) at $where (host:port or unix:path), with $lines more: held
+# duplicates wait up to 10 s
+sub app_location {
+    my ($path, $kind, $where, $lines) = @_;
+
+    return "    location $path {\n        idempotency main;\n"
+         . "        idempotency_wait 10s;\n"
+         . $PASS{$kind}->($where) . ($lines // '') . "    }\n";
+}
+
+# location = /__count: the app's count of the executions of ?key=
+sub count_location {
+    my ($kind, $where) = @_;
+
+    return "    location = /__count {\n" . $PASS{$kind}->($where) . "    }\n";
+}
+
 # One nginx (1 worker) on $port with the store "main": for each
 # [PATH, KIND, WHERE, LINES] a protected location that passes to the
 # server at WHERE (host:port or unix:path), with LINES more; and
@@ -56,15 +74,8 @@ sub app_nginx {
         . "    add_header X-Idem \$idempotency_status always;\n"
         . "    idempotency_max_response_size 8m;\n";
 
-    for my $l (@locs) {
-        my ($path, $kind, $where, $lines) = @$l;
-        $http .= "    location $path {\n        idempotency main;\n"
-              . "        idempotency_wait 10s;\n"
-              . $PASS{$kind}->($where) . ($lines // '') . "    }\n";
-    }
-
-    $http .= "    location = /__count {\n"
-          . $PASS{$locs[0][1]}->($locs[0][2]) . "    }\n}\n";
+    $http .= app_location(@$_) for @locs;
+    $http .= count_location($locs[0][1], $locs[0][2]) . "}\n";
 
     $ngx = IdemStress::Nginx->start(name => $name, port => $port,
                                     workers => 1, http => $http);
