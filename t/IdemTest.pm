@@ -212,6 +212,16 @@ sub post_key {
     return IdemStress::post(delete $o{port} // port(), $uri, $key, %o);
 }
 
+# a pattern for response_body_like that matches a body of exactly $n
+# bytes, whatever they are
+sub size_re {
+    my ($n) = @_;
+    my $k = int($n / 1000);
+
+    return '\A' . ($k ? "(?:[\\s\\S]{1000}){$k}" : '')
+         . '[\s\S]{' . ($n - 1000 * $k) . '}\z';
+}
+
 # a response as "STATUS X-IDEM" (its X-Idem header, "-" if none)
 sub idem_of {
     my ($r) = @_;
