@@ -172,9 +172,21 @@ if ($ENV{TEST_NGINX_USE_VALGRIND}) {
         my $init = $block->init;
 
         $block->set_value('init', "IdemTest::wait_listening();\n$init")
-            if defined $init;
+            if defined $init && $init =~ /\S/;
     });
 }
+
+# Test::Nginx runs the --- init of a block it skips all the same, without
+# the block's nginx: a block that its --- skip_eval skips keeps none
+Test::Nginx::Socket::add_block_preprocessor(sub {
+    my $block = shift;
+    my $skip = $block->skip_eval;
+
+    return unless defined $skip && defined $block->init;
+
+    my ($code) = $skip =~ /^\s*\d+\s*:\s*(.*?)\s*$/s or return;
+    $block->set_value('init', '') if eval $code;
+});
 
 sub wait_listening {
     IdemStress::wait_for('nginx to listen', 60, sub {
