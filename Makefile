@@ -7,7 +7,9 @@
 #                     packaged nginx (Debian's nginx-dev tree)
 #   make test         deps + build + services + 20 s of each fuzz target
 #                     (FUZZ_TEST_SECONDS=0: none) + the Test::Nginx suite
-#                     (make test TEST_FILES=t/010-x.t, PROVE_FLAGS=-v)
+#                     (make test TEST_FILES=t/010-x.t, PROVE_FLAGS=-v);
+#                     it stops the services it started (KEEP_SERVICES=1:
+#                     they stay), and leaves those that were running
 #                     + the short fault run (FAULTS_TEST=0: none)
 #   make run          demo on http://127.0.0.1:8080 (make stop to end it)
 #   make NGINX_SRC=/path/to/nginx-x.y.z
@@ -65,6 +67,9 @@ TEST_GRPC_PORT    ?= 8093
 TEST_NGINX_PORT   ?= 1984
 TEST_FILES        ?= t/
 PROVE_FLAGS       ?=
+# 1: make test and make test-valgrind leave the services they started
+# running (scripts/run-tests.sh stops them otherwise)
+KEEP_SERVICES     ?= 0
 
 export IDEM_MYSQL_PORT := $(MYSQL_PORT)
 export IDEM_MYSQL2_PORT := $(MYSQL2_PORT)
@@ -248,9 +253,10 @@ TEST_ENV = \
     TEST_NGINX_PHPFPM_TERM_SOCKET=$(BUILD)/services/php-fpm-term.sock \
     TEST_NGINX_UWSGI_PORT=$(UWSGI_PORT) \
     TEST_NGINX_GRPC_PORT=$(TEST_GRPC_PORT) \
-    PROVE_FLAGS='$(PROVE_FLAGS)'
+    PROVE_FLAGS='$(PROVE_FLAGS)' \
+    KEEP_SERVICES=$(KEEP_SERVICES)
 
-test: deps build services  ## the whole suite (TEST_FILES=, PROVE_FLAGS=), with a short fuzz run first
+test: deps build  ## the whole suite (TEST_FILES=, PROVE_FLAGS=, KEEP_SERVICES=1), with a short fuzz run first
 	@scripts/node-deps.sh
 	@if [ "$(FUZZ_TEST_SECONDS)" != 0 ]; then fuzz/run.sh -t $(FUZZ_TEST_SECONDS); fi
 	@env $(TEST_ENV) scripts/run-tests.sh $(TEST_FILES)
@@ -258,7 +264,7 @@ test: deps build services  ## the whole suite (TEST_FILES=, PROVE_FLAGS=), with 
 	   if [ "$$(id -u)" = 0 ]; then timeout -k 10 120 scripts/faults/run.sh --short; \
 	   else echo "test: faults skipped (they need root)"; fi; fi
 
-test-valgrind: deps build services  ## the suite with nginx under valgrind
+test-valgrind: deps build  ## the suite with nginx under valgrind (KEEP_SERVICES=1)
 	@env $(TEST_ENV) TEST_NGINX_USE_VALGRIND=1 scripts/run-tests.sh $(TEST_FILES)
 
 # the version matrix (scripts/matrix.sh, not part of `make test`): nginx

@@ -24,6 +24,12 @@
 # apps' execution counts; env prints the connection settings as shell
 # assignments.
 #
+#   scripts/services.sh start|stop --started FILE
+#
+# start notes in FILE the servers of the default set that it started,
+# not those that were running; stop stops only the servers FILE names
+# (`make test` stops what it started, and leaves what was running).
+#
 #   scripts/services.sh php-fpm|uwsgi start|stop|status|reset
 #
 # One of the two application servers of the default set.  Each has its
@@ -451,6 +457,7 @@ mysql_start() {
         mysql_provision || { log_tail "$MY_LOG"; die "$MY_NAME: provisioning failed"; }
     fi
     echo "$MY_NAME: started (pid $pid, 127.0.0.1:$MY_PORT, socket $MY_SOCK)"
+    note_started "$MY_NAME"
 }
 
 mysql_stop() {
@@ -606,6 +613,7 @@ redis_start() {
         die "$RD_NAME: no answer on $(rd_where) (its log above says why)"
     fi
     echo "$RD_NAME: started (pid $pid, $(rd_where))"
+    note_started "$RD_NAME"
 }
 
 # SIGTERM: without save points (--save '') Redis exits without saving
@@ -836,6 +844,7 @@ appsrv_start() {
         die "$AS_NAME: no answer on 127.0.0.1:$AS_PORT (its log above says why)"
     fi
     echo "$AS_NAME: started (pid $pid, 127.0.0.1:$AS_PORT, log $AS_LOG)"
+    note_started "$AS_NAME"
 }
 
 appsrv_status() {
@@ -1039,6 +1048,28 @@ IDEM_UWSGI_PORT=$UWSGI_PORT
 EOF
 }
 
+# start --started FILE: the default set's servers this start started (not
+# those already running) are added to FILE, one name a line; stop
+# --started FILE stops only those, and removes FILE
+STARTED_FILE=
+note_started() {
+    [ -z "$STARTED_FILE" ] || echo "$1" >> "$STARTED_FILE"
+}
+
+stop_started() {
+    local name
+    [ -f "$STARTED_FILE" ] || return 0
+    for name in $(sort -u "$STARTED_FILE"); do
+        case $name in
+            mysql)   mysql_use 1; mysql_stop ;;
+            mysql2)  mysql_use 2; mysql_stop ;;
+            redis)   redis_use; redis_stop ;;
+            php-fpm|uwsgi) appsrv_use "$name"; appsrv_stop ;;
+        esac
+    done
+    rm -f "$STARTED_FILE"
+}
+
 lock() {   # serialize concurrent start/stop/reset of a directory's services
     mkdir -p "$1"
     exec 9>"$1/.lock"
@@ -1051,6 +1082,7 @@ lock() {   # serialize concurrent start/stop/reset of a directory's services
 usage() {
     cat >&2 <<EOF
 usage: $0 start|stop|restart|status|reset|env
+       $0 start|stop --started FILE
        $0 mysql start|stop|status|provision|reset DIR [OPTION...] [-- MARIADBD-OPTION...]
        $0 redis start|stop|status|reset DIR [OPTION...] [-- REDIS-SERVER-OPTION...]
        $0 php-fpm|uwsgi start|stop|status|reset
@@ -1062,10 +1094,20 @@ EOF
 
 cmd=${1:-status}
 [ $# -eq 0 ] || shift
+if [ "$cmd" = start ] || [ "$cmd" = stop ]; then
+    case ${1:-} in
+        --started) [ -n "${2:-}" ] || usage; STARTED_FILE=$2
+                   case $STARTED_FILE in /*) ;; *) STARTED_FILE=$PWD/$STARTED_FILE ;; esac ;;
+        '') ;;
+        *) usage ;;
+    esac
+fi
 case $cmd in
     start)   lock "$SVC"; mysql_each mysql_start; redis_use; redis_start
              appsrv_each appsrv_start ;;
-    stop)    lock "$SVC"; mysql_each mysql_stop; redis_use; redis_stop
+    stop)    lock "$SVC"
+             if [ -n "$STARTED_FILE" ]; then stop_started; exit; fi
+             mysql_each mysql_stop; redis_use; redis_stop
              appsrv_each appsrv_stop ;;
     restart) lock "$SVC"; mysql_each mysql_stop; redis_use; redis_stop
              appsrv_each appsrv_stop

@@ -1,6 +1,6 @@
 # Sanity checks of the test scaffold itself, with core nginx only (no
-# module, no external backend).  It must pass under the project's runner
-# in t/lib and under the real Test::Nginx::Socket alike.
+# module, no external backend): what the suite relies on in OpenResty's
+# Test::Nginx::Socket.
 
 use lib 't';
 use Test::Nginx::Socket;

@@ -4,45 +4,15 @@
 # 409 — on a fresh connection, or pipelined behind the first request on
 # the same one.  200 rounds for each of three sizes.
 
-use strict;
-use warnings;
+use lib 't';
+use Test::Nginx::Socket 'no_plan';
+use IdemTest;
+use IO::Socket::INET ();
 
-use IO::Socket::INET;
-use Test::More;
-use Time::HiRes qw(time sleep);
+our $ROUNDS = $ENV{IDEM_RYW_ROUNDS} || 200;
+our $N = 0;
 
-use lib 't/stress';
-use IdemStress;
-
-IdemStress::begin_file();
-
-my $P = port(141);
-my $ROUNDS = $ENV{IDEM_RYW_ROUNDS} || 200;
-my $tag = "ryw$$-" . int(time);
-my $n = 0;
-my $ngx;
-
-END { $ngx->stop if $ngx }
-
-$ngx = IdemStress::Nginx->start(name => 'ryw', port => $P,
-    http => store_line('main', $ENV{TEST_NGINX_MYSQL_PORT}, pool => 8)
-          . <<"HTTP");
-    upstream backend { server 127.0.0.1:$BACKEND_PORT; keepalive 8; }
-
-    server {
-        listen 127.0.0.1:$P;
-
-        location /orders {
-            idempotency main;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_pass http://backend;
-            add_header X-Idem \$idempotency_status always;
-        }
-    }
-HTTP
-
-sub fresh { return "$tag-" . shift() . '-' . ++$n }
+sub fresh { return 't140-' . shift() . '-' . ++$N }
 
 sub request {
     my ($uri, $key, $close) = @_;
@@ -81,79 +51,177 @@ sub read_response {
     }
 }
 
-sub desc {
-    my $r = shift;
-    return $r->{error} // "$r->{status} $r->{idem}";
+sub connect_nginx {
+    return IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . IdemTest::port())
+        or die "connect: $!";
 }
 
-for my $size (100, 65536, 900000) {
-    my (%fresh, %piped, $fresh_bad, $piped_bad);
+# $ROUNDS rounds of a first request of $size bytes and its duplicate at
+# once, on a new connection the moment the first response is complete
+# ('fresh') or pipelined behind it ('piped'); the rounds whose duplicate
+# was not the first response replayed, as "first / duplicate" x count
+sub rounds {
+    my ($size, $how) = @_;
+    my %bad;
 
     for my $i (1 .. $ROUNDS) {
-
-        # the first request on one connection, the duplicate on a new one
-        # the moment the first response is complete
-
-        my $key = fresh("f$size");
+        my $key = fresh(($how eq 'fresh' ? 'f' : 'p') . $size);
         my $uri = "/orders?size=$size";
-        my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$P")
-            or die "connect: $!";
+        my ($r1, $r2);
+        my $s = connect_nginx();
         my $buf = '';
-        print {$s} request($uri, $key, 0);
-        my $r1 = read_response($s, \$buf);
 
-        my $s2 = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$P")
-            or die "connect: $!";
-        my $buf2 = '';
-        print {$s2} request($uri, $key, 1);
-        my $r2 = read_response($s2, \$buf2);
-        close $s;
-        close $s2;
+        if ($how eq 'fresh') {
+            print {$s} request($uri, $key, 0);
+            $r1 = read_response($s, \$buf);
+            my $s2 = connect_nginx();
+            my $buf2 = '';
+            print {$s2} request($uri, $key, 1);
+            $r2 = read_response($s2, \$buf2);
+            close $s2;
 
-        my $d = desc($r1) . ' / ' . desc($r2);
-        $fresh{$d}++;
-        $fresh_bad //= $d unless ($r1->{status} // 0) == 201
-                                 && $r2->{replayed}
-                                 && $r2->{body} eq $r1->{body};
-
-        # both requests written at once on one connection
-
-        $key = fresh("p$size");
-        $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$P")
-            or die "connect: $!";
-        $buf = '';
-        print {$s} request($uri, $key, 0) . request($uri, $key, 1);
-        $r1 = read_response($s, \$buf);
-        $r2 = read_response($s, \$buf);
+        } else {
+            print {$s} request($uri, $key, 0) . request($uri, $key, 1);
+            $r1 = read_response($s, \$buf);
+            $r2 = read_response($s, \$buf);
+        }
         close $s;
 
-        $d = desc($r1) . ' / ' . desc($r2);
-        $piped{$d}++;
-        $piped_bad //= $d unless ($r1->{status} // 0) == 201
-                                 && $r2->{replayed}
-                                 && $r2->{body} eq $r1->{body};
+        $bad{ join ' / ', map { $_->{error} // "$_->{status} $_->{idem}" }
+                          $r1, $r2 }++
+            unless ($r1->{status} // 0) == 201 && $r2->{replayed}
+                   && $r2->{body} eq $r1->{body};
     }
 
-    my $fig = sub { my $h = shift;
-                    join ', ', map { "$_ x$h->{$_}" } sort keys %$h };
-
-    ok(!defined $fresh_bad, "$size B: a duplicate sent on a new connection "
-       . "the moment the response is complete is replayed ($ROUNDS rounds)")
-        or diag('first and duplicate: ' . $fig->(\%fresh));
-    ok(!defined $piped_bad, "$size B: a duplicate pipelined behind the "
-       . "first request is replayed ($ROUNDS rounds)")
-        or diag('first and duplicate: ' . $fig->(\%piped));
-    note("$size B: fresh: " . $fig->(\%fresh) . '; pipelined: '
-         . $fig->(\%piped));
+    return join ', ', map { "$_ x$bad{$_}" } sort keys %bad;
 }
 
-# every first request ran once: a sample of the keys
-for my $key ("$tag-f100-1", "$tag-p100-2") {
-    is(backend_count($key), 1, "$key executed once");
-}
+# the body of size=N: byte i is i % 251
+sub pattern { CORE::join('', map { chr($_ % 251) } 0 .. $_[0] - 1) }
 
-is_deeply([ $ngx->crashes ], [], 'no worker crashed');
-unlike($ngx->error_log, qr/\[(alert|crit|emerg)\]|not committed within/,
-       'no alert, every completion committed before the response ended');
+# two workers: a duplicate on a new connection may meet the other one;
+# the rounds' 2400 requests log at info (debug triples the run)
+log_level('info');
+master_on();
+workers(2);
 
-done_testing();
+no_shuffle();
+block_defaults(
+    http_config => IdemTest::store_config(pool => 8)
+                   =~ s/(upstream backend \{ server [^;]+;)/$1 keepalive 8;/r,
+    config => IdemTest::orders_location(proxy_http_version => '1.1',
+                                        proxy_set_header => 'Connection ""',
+                                        add_header => 'X-Idem', count => 1),
+    no_error_log => "not committed within\n[emerg]\n");
+run_tests();
+
+__DATA__
+
+=== TEST 1: 100 B: a duplicate sent on a new connection the moment the response is complete is replayed (200 rounds)
+--- init
+is(main::rounds(100, 'fresh'), '', "100 B, $main::ROUNDS rounds: every duplicate on a new connection replayed");
+--- request eval
+["POST /orders?size=100\nx", "POST /orders?size=100\nx"]
+--- more_headers
+Idempotency-Key: t140-100-last
+--- error_code eval
+[201, 201]
+--- response_headers eval
+["X-Idem: new", "X-Idem: replay\nIdempotent-Replayed: true"]
+--- response_body eval
+[main::pattern(100), main::pattern(100)]
+--- timeout: 20
+
+
+
+=== TEST 2: 100 B: a duplicate pipelined behind the first request is replayed (200 rounds)
+--- init
+is(main::rounds(100, 'piped'), '', "100 B, $main::ROUNDS rounds: every duplicate pipelined behind the first replayed");
+--- pipelined_requests eval
+["POST /orders?size=100\nx", "POST /orders?size=100\nx"]
+--- more_headers
+Idempotency-Key: t140-100-piped
+--- error_code eval
+[201, 201]
+--- response_headers eval
+["X-Idem: new", "X-Idem: replay\nIdempotent-Replayed: true"]
+--- response_body eval
+[main::pattern(100), main::pattern(100)]
+--- timeout: 20
+
+
+
+=== TEST 3: 65536 B: a duplicate sent on a new connection the moment the response is complete is replayed (200 rounds)
+--- init
+is(main::rounds(65536, 'fresh'), '', "65536 B, $main::ROUNDS rounds: every duplicate on a new connection replayed");
+--- request eval
+["POST /orders?size=65536\nx", "POST /orders?size=65536\nx"]
+--- more_headers
+Idempotency-Key: t140-65536-last
+--- error_code eval
+[201, 201]
+--- response_headers eval
+["X-Idem: new", "X-Idem: replay\nIdempotent-Replayed: true"]
+--- response_body eval
+[main::pattern(65536), main::pattern(65536)]
+--- timeout: 20
+
+
+
+=== TEST 4: 65536 B: a duplicate pipelined behind the first request is replayed (200 rounds)
+--- init
+is(main::rounds(65536, 'piped'), '', "65536 B, $main::ROUNDS rounds: every duplicate pipelined behind the first replayed");
+--- pipelined_requests eval
+["POST /orders?size=65536\nx", "POST /orders?size=65536\nx"]
+--- more_headers
+Idempotency-Key: t140-65536-piped
+--- error_code eval
+[201, 201]
+--- response_headers eval
+["X-Idem: new", "X-Idem: replay\nIdempotent-Replayed: true"]
+--- response_body eval
+[main::pattern(65536), main::pattern(65536)]
+--- timeout: 20
+
+
+
+=== TEST 5: 900000 B: a duplicate sent on a new connection the moment the response is complete is replayed (200 rounds)
+--- init
+is(main::rounds(900000, 'fresh'), '', "900000 B, $main::ROUNDS rounds: every duplicate on a new connection replayed");
+--- request eval
+["POST /orders?size=900000\nx", "POST /orders?size=900000\nx"]
+--- more_headers
+Idempotency-Key: t140-900000-last
+--- error_code eval
+[201, 201]
+--- response_headers eval
+["X-Idem: new", "X-Idem: replay\nIdempotent-Replayed: true"]
+--- response_body eval
+[main::pattern(900000), main::pattern(900000)]
+--- timeout: 60
+
+
+
+=== TEST 6: 900000 B: a duplicate pipelined behind the first request is replayed (200 rounds)
+--- init
+is(main::rounds(900000, 'piped'), '', "900000 B, $main::ROUNDS rounds: every duplicate pipelined behind the first replayed");
+--- pipelined_requests eval
+["POST /orders?size=900000\nx", "POST /orders?size=900000\nx"]
+--- more_headers
+Idempotency-Key: t140-900000-piped
+--- error_code eval
+[201, 201]
+--- response_headers eval
+["X-Idem: new", "X-Idem: replay\nIdempotent-Replayed: true"]
+--- response_body eval
+[main::pattern(900000), main::pattern(900000)]
+--- timeout: 60
+
+
+
+=== TEST 7: every first request ran once (a sample of the keys)
+--- request eval
+["GET /count?key=t140-f100-1",
+ "GET /count?key=t140-p100-" . ($main::ROUNDS + 2)]
+--- response_body eval
+["1", "1"]

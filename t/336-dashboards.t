@@ -7,55 +7,81 @@
 # loads the rules, and answers every query of the dashboard; and every
 # metric name and label value the two files use is one nginx exported.
 
-use strict;
-use warnings;
-
-use Test::More;
+use lib 't';
+use Test::Nginx::Socket;
+use IdemTest;
 use File::Path ();
 use JSON::PP ();
-use Time::HiRes qw(time sleep);
-
-use lib 't/stress';
-use IdemStress;
 
 plan skip_all => "Debian's prometheus package is not installed (make deps)"
     unless -x '/usr/bin/promtool' && -x '/usr/bin/prometheus';
 IdemStress::begin_file('REDIS_PORT');
+plan 'no_plan';
 
-my $RULES_DIR = "$IdemStress::ROOT/contrib/prometheus";
-my $RULES = "$RULES_DIR/idempotency.rules.yml";
-my $RULES_TEST = "$RULES_DIR/idempotency.rules.test.yml";
-my $DASHBOARD = "$IdemStress::ROOT/contrib/grafana/idempotency.json";
-my $DIR = "$IdemStress::DIR/dashboards";
-
-my $P = port(337);
-my $PROM = port(338);
-my ($ngx, $prom);
-
-END {
-    $prom->stop if $prom;
-    $ngx->stop if $ngx;
-}
+our $RULES_DIR = "$IdemStress::ROOT/contrib/prometheus";
+our $RULES = "$RULES_DIR/idempotency.rules.yml";
+our $RULES_TEST = "$RULES_DIR/idempotency.rules.test.yml";
+our $DASHBOARD = "$IdemStress::ROOT/contrib/grafana/idempotency.json";
+our $DIR = "$IdemStress::DIR/dashboards";
 
 File::Path::remove_tree($DIR);
 File::Path::make_path($DIR);
 
-# ------------------------------------------------------------ the rules
-my $out = `promtool check rules $RULES 2>&1`;
+# the alerts of the rules, and their expressions
+our $RULES_TEXT = IdemStress::read_file($RULES);
+our @ALERTS = $RULES_TEXT =~ /^\s*- alert: (\S+)/mg;
+our @RULE_EXPRS = $RULES_TEXT =~ /^\s*expr: (.+?)\s*$/mg;
+
+# the dashboard (undef if it is not JSON: TEST 2 says so), its
+# variables, and its queries: [panel title or variable, expression]
+our $DASH = eval { JSON::PP::decode_json(IdemStress::read_file($DASHBOARD)) };
+our $DASH_ERROR = $@;
+our %VARS = map { $_->{name} => $_ } @{ ($DASH // {})->{templating}{list} // [] };
+our @EXPRS;
+for my $p (@{ ($DASH // {})->{panels} // [] }) {
+    next if $p->{type} eq 'row';
+    push @EXPRS, [$p->{title}, $_->{expr}] for @{$p->{targets} // []};
+}
+for my $v (values %VARS) {
+    my $q = ref $v->{query} ? $v->{query}{query} : $v->{query};
+    push @EXPRS, ["variable $v->{name}", $1]
+        if $v->{type} eq 'query' && $q =~ /^label_values\((.+), \w+\)$/;
+}
+
+our $OWNER = $$;
+our $PROM;
+END { $PROM->stop if $PROM && $$ == $OWNER }
+
+no_shuffle();
+block_defaults(
+    http_config => IdemTest::store_config(
+        cache => 'idem_dashboards:1m',
+        redis => '127.0.0.1:$TEST_NGINX_REDIS_PORT',
+        secret => 'dashboards-test-secret-0123456789'),
+    config => IdemTest::orders_location(idempotency_wait => '10s')
+              . "    location = /metrics { idempotency_metrics; }\n",
+    request => "GET /metrics",
+    response_body_like => '(?m)^nginx_idempotency_requests_total\{',
+    no_error_log => "[emerg]\n");
+run_tests();
+
+__DATA__
+
+=== TEST 1: the rules: promtool checks them and runs their unit tests, each alert has a test that expects it to fire and one that expects it not to, and the tests fail on rules that never fire
+--- init
+my $out = `promtool check rules $main::RULES 2>&1`;
 is($? >> 8, 0, 'promtool check rules') or diag($out);
 
-$out = `cd $RULES_DIR && promtool test rules idempotency.rules.test.yml 2>&1`;
+$out = `cd $main::RULES_DIR && promtool test rules idempotency.rules.test.yml 2>&1`;
 is($? >> 8, 0, 'promtool test rules: the unit tests pass') or diag($out);
 
-my $rules = IdemStress::read_file($RULES);
-my @alerts = $rules =~ /^\s*- alert: (\S+)/mg;
-my @rule_exprs = $rules =~ /^\s*expr: (.+?)\s*$/mg;
+my @alerts = @main::ALERTS;
 ok(@alerts >= 8, scalar(@alerts) . ' alerts');
-is(scalar @rule_exprs, scalar @alerts, 'an expr per alert, each on one line')
+is(scalar @main::RULE_EXPRS, scalar @alerts, 'an expr per alert, each on one line')
     or diag('a block scalar (| or >) hides an expr from this test');
-unlike($rules, qr/^\s*expr:\s*[|>]/m, 'no expr is a block scalar');
+unlike($main::RULES_TEXT, qr/^\s*expr:\s*[|>]/m, 'no expr is a block scalar');
 
-my $tests = IdemStress::read_file($RULES_TEST);
+my $tests = IdemStress::read_file($main::RULES_TEST);
 for my $a (@alerts) {
     like($tests, qr/alertname: \Q$a\E\n\s+exp_alerts:\n\s+- exp_labels:/,
          "$a: a unit test expects it to fire");
@@ -64,31 +90,32 @@ for my $a (@alerts) {
 }
 
 # the same tests on rules whose thresholds are never reached must fail
-File::Path::make_path("$DIR/never");
-(my $never = $rules) =~ s/^(\s*expr: .*) (==|>) 0$/$1 $2 1e9/mg;
-IdemStress::write_file("$DIR/never/idempotency.rules.yml", $never);
-IdemStress::write_file("$DIR/never/idempotency.rules.test.yml", $tests);
-$out = `cd $DIR/never && promtool test rules idempotency.rules.test.yml 2>&1`;
+File::Path::make_path("$main::DIR/never");
+(my $never = $main::RULES_TEXT) =~ s/^(\s*expr: .*) (==|>) 0$/$1 $2 1e9/mg;
+IdemStress::write_file("$main::DIR/never/idempotency.rules.yml", $never);
+IdemStress::write_file("$main::DIR/never/idempotency.rules.test.yml", $tests);
+$out = `cd $main::DIR/never && promtool test rules idempotency.rules.test.yml 2>&1`;
 isnt($? >> 8, 0, 'the unit tests fail on rules that never fire');
-my @missed = $out =~ /alertname: (\w+), time:/g;
-my %missed = map { $_ => 1 } @missed;
-is(join(' ', grep { !$missed{$_} } @alerts), '',
+my %missed = map { $_ => 1 } $out =~ /alertname: (\w+), time:/g;
+is(CORE::join(' ', grep { !$missed{$_} } @alerts), '',
    'each alert\'s test noticed it');
 
-# ----------------------------------------------------------- the dashboard
-my $dash = eval { JSON::PP::decode_json(IdemStress::read_file($DASHBOARD)) };
-ok($dash, 'the dashboard is JSON') or diag($@);
-$dash //= {};
+
+
+=== TEST 2: the dashboard is a well-formed Grafana dashboard: a Prometheus data source variable, panels with unique ids on the grid without overlaps, each with queries, and only defined variables in them
+--- init
+ok($main::DASH, 'the dashboard is JSON') or diag($main::DASH_ERROR);
+my $dash = $main::DASH // {};
 
 ok($dash->{title} && $dash->{uid} && $dash->{schemaVersion},
    'title, uid, schemaVersion');
 
-my %vars = map { $_->{name} => $_ } @{$dash->{templating}{list} // []};
+my %vars = %main::VARS;
 is(($vars{datasource} // {})->{type}, 'datasource',
    'a data source variable (the user picks the Prometheus)');
 is(($vars{datasource} // {})->{query}, 'prometheus', '... of Prometheus');
 
-my (@exprs, %ids, @boxes, @bad);
+my (%ids, @boxes, @bad);
 for my $p (@{$dash->{panels} // []}) {
     push @bad, "panel id $p->{id} twice" if $ids{$p->{id}}++;
     my $g = $p->{gridPos} // {};
@@ -110,38 +137,31 @@ for my $p (@{$dash->{panels} // []}) {
     for my $t (@{$p->{targets} // []}) {
         push @bad, "$p->{title}: refId $t->{refId} twice"
             if $ref{$t->{refId}}++;
-        push @exprs, [$p->{title}, $t->{expr}];
     }
 }
-for my $v (values %vars) {
-    my $q = ref $v->{query} ? $v->{query}{query} : $v->{query};
-    push @exprs, ["variable $v->{name}", $1]
-        if $v->{type} eq 'query' && $q =~ /^label_values\((.+), \w+\)$/;
-}
-is(join("\n", @bad), '', 'panels: unique ids, on the grid, no overlap, '
+is(CORE::join("\n", @bad), '', 'panels: unique ids, on the grid, no overlap, '
    . 'a data source and queries each');
-ok(@exprs >= 20, scalar(@exprs) . ' queries in the dashboard');
+ok(@main::EXPRS >= 20, scalar(@main::EXPRS) . ' queries in the dashboard');
 
 my @unknown_vars;
-for my $e (@exprs) {
+for my $e (@main::EXPRS) {
     for my $v ($e->[1] =~ /\$\{?(\w+)/g) {
         push @unknown_vars, "$e->[0]: \$$v"
             unless $vars{$v} || $v =~ /^__(rate_interval|interval|range)$/;
     }
 }
-is(join(', ', @unknown_vars), '', 'every variable a query uses is defined');
+is(CORE::join(', ', @unknown_vars), '', 'every variable a query uses is defined');
 
-# ---------------------------------------------------- a live nginx, scraped
-$ngx = IdemStress::metrics_nginx(name => 'dashboards', port => $P);
 
-my $tag = "d$$-" . int(time);
+
+=== TEST 3: every metric name, and every label value a query matches literally, that the dashboard and the rules use is one nginx exports
+--- init
 for my $i (1 .. 3) {
-    http_one(port => $P, method => 'POST', uri => '/orders',
-             key => "$tag-$i", body => 'x') for 1 .. 2;
+    post_key('/orders', "t336-$i") for 1 .. 2;
 }
 
-my $scrape = http_one(port => $P, method => 'GET', uri => '/metrics');
-is($scrape->{status}, 200, 'nginx exports its metrics');
+my $scrape = IdemStress::http_one(port => port(), method => 'GET',
+                                  uri => '/metrics');
 
 # the series nginx exports: name => { label => { value => 1 } }
 my %exported;
@@ -153,10 +173,9 @@ for my $line (split /\n/, $scrape->{body} // '') {
 }
 ok(keys %exported >= 20, scalar(keys %exported) . ' metric names exported');
 
-# every name, and every label value a query matches literally (=, or =~
-# with plain alternatives), is one nginx exported
+# (=, or =~ with plain alternatives)
 my (%used, @missing);
-for my $e (@exprs, map { ['rules', $_] } @rule_exprs) {
+for my $e (@main::EXPRS, map { ['rules', $_] } @main::RULE_EXPRS) {
     my ($where, $expr) = @$e;
     while ($expr =~ /\b(nginx_idempotency_\w+)(?:\{([^}]*)\})?/g) {
         my ($name, $sel) = ($1, $2 // '');
@@ -173,15 +192,23 @@ for my $e (@exprs, map { ['rules', $_] } @rule_exprs) {
         }
     }
 }
-is(join("\n", @missing), '', 'every label value used is exported');
+is(CORE::join("\n", @missing), '', 'every label value used is exported');
 
 ok($exported{$_}, "$_ is exported") for sort keys %used;
 
-# --------------------------------------- Prometheus: the rules, the queries
-$prom = IdemStress::Prometheus->start(dir => "$DIR/prometheus",
-                                      port => $PROM,
-                                      targets => ["127.0.0.1:$P"],
-                                      rule_files => [$RULES]);
+
+
+=== TEST 4: a private Prometheus scrapes nginx, loads every rule and evaluates each without error, answers every query of the dashboard, and a healthy nginx fires no alert
+--- init
+for my $i (1 .. 3) {
+    post_key('/orders', "t336-prom-$i") for 1 .. 2;
+}
+
+$main::PROM = IdemStress::Prometheus->start(dir => "$main::DIR/prometheus",
+                                            port => IdemTest::extra_port(338),
+                                            targets => ['127.0.0.1:' . port()],
+                                            rule_files => [$main::RULES]);
+my $prom = $main::PROM;
 
 my $scraped = eval {
     IdemStress::wait_for('Prometheus to scrape nginx twice', 60, sub {
@@ -200,25 +227,25 @@ my $groups = eval {
         return (@r && !grep({ $_->{health} ne 'ok' } @r)) ? \@r : 0;
     }, 0.5);
 };
-is(scalar @{$groups // []}, scalar @alerts,
+is(scalar @{$groups // []}, scalar @main::ALERTS,
    'Prometheus loaded every rule, each evaluated without error')
     or diag($prom->log_text);
 
 my @failed;
-for my $e (@exprs) {
+for my $e (@main::EXPRS) {
     (my $q = $e->[1]) =~ s/\$__rate_interval|\$__interval|\$__range/1m/g;
     $q =~ s/\$\{?\w+\}?/.*/g;
     my $r = $prom->query($q);
     push @failed, "$e->[0]: $q: " . ($r ? $r->{error} // '?' : 'no answer')
         unless $r && $r->{status} eq 'success';
 }
-is(join("\n", @failed), '', 'Prometheus answers every query of the dashboard');
+is(CORE::join("\n", @failed), '', 'Prometheus answers every query of the dashboard');
 
 my $firing = $prom->api('alerts');
-is(join(' ', map { $_->{labels}{alertname} }
-             grep { $_->{state} eq 'firing' } @{$firing->{data}{alerts} // []}),
+is(CORE::join(' ', map { $_->{labels}{alertname} }
+                   grep { $_->{state} eq 'firing' }
+                   @{$firing->{data}{alerts} // []}),
    '', 'a healthy nginx fires no alert');
-
-unlike($ngx->error_log, qr/\[(alert|crit|emerg)\]/, 'no alert in the log');
-
-done_testing();
+$prom->stop;
+undef $main::PROM;
+--- timeout: 10

@@ -4,23 +4,39 @@
 package AppServers;
 
 # The real application servers of the suite (scripts/services.sh php-fpm
-# and uwsgi, running backend/app.php and backend/wsgi.py) behind one
-# nginx of IdemStress: the locations that pass to them, their apps'
-# execution counts, and the checks t/085 and t/086 make of a retry.
+# and uwsgi, running backend/app.php and backend/wsgi.py) behind the
+# Test::Nginx server of t/085, t/086 and t/130: the locations that pass to
+# them, their apps' execution counts, and the checks of a first answer
+# and its retry that a block's --- init makes (the block's own requests
+# then repeat the retry and read the count).
 
 use strict;
 use warnings;
 
 use Exporter ();
 our @ISA = ('Exporter');
-our @EXPORT = qw(app_nginx app_count app_retry check_replay check_unknown
-                 check_answers check_cut pattern);
+our @EXPORT = qw(app_location count_location app_count app_retry
+                 check_replay first_binary first_large race pattern);
 
 use Test::More;
 use Time::HiRes qw(sleep);
-use IdemStress;
+use IdemStress ();
+use IdemTest ();
 
-# what passes a request to each server ($p: a location's own lines)
+# Test::Nginx evaluates "--- init" code in package Test::Nginx::Util:
+# the helpers are callable there too, as IdemTest's are
+sub import {
+    my $class = shift;
+
+    __PACKAGE__->export_to_level(1, $class, @_ ? @_ : @EXPORT);
+
+    no strict 'refs';
+    for my $f (@EXPORT) {
+        *{"Test::Nginx::Util::$f"} = \&{$f};
+    }
+}
+
+# what passes a request to each server
 my %PASS = (
     php => sub {
         my ($where) = @_;
@@ -42,43 +58,31 @@ my %PASS = (
     },
 );
 
-my $ngx;
+# A protected location at $path that passes to the server of $kind (php,
+# uwsgi, fcgi) at $where (host:port or unix:path), with $lines more: held
+# duplicates wait up to 10 s
+sub app_location {
+    my ($path, $kind, $where, $lines) = @_;
 
-# One nginx (1 worker) on $port with the store "main": for each
-# [PATH, KIND, WHERE, LINES] a protected location that passes to the
-# server at WHERE (host:port or unix:path), with LINES more; and
-# location = /__count, the app's count of ?key=, on the first of them.
-sub app_nginx {
-    my ($name, $port, @locs) = @_;
-
-    my $http = store_line('main', $ENV{TEST_NGINX_MYSQL_PORT}, pool => 8)
-        . "server {\n    listen 127.0.0.1:$port;\n"
-        . "    add_header X-Idem \$idempotency_status always;\n"
-        . "    idempotency_max_response_size 8m;\n";
-
-    for my $l (@locs) {
-        my ($path, $kind, $where, $lines) = @$l;
-        $http .= "    location $path {\n        idempotency main;\n"
-              . "        idempotency_wait 10s;\n"
-              . $PASS{$kind}->($where) . ($lines // '') . "    }\n";
-    }
-
-    $http .= "    location = /__count {\n"
-          . $PASS{$locs[0][1]}->($locs[0][2]) . "    }\n}\n";
-
-    $ngx = IdemStress::Nginx->start(name => $name, port => $port,
-                                    workers => 1, http => $http);
-    return $ngx;
+    return "    location $path {\n        idempotency main;\n"
+         . "        idempotency_wait 10s;\n"
+         . $PASS{$kind}->($where) . ($lines // '') . "    }\n";
 }
 
-END { $ngx->stop if $ngx }
+# location = /__count: the app's count of the executions of ?key=
+sub count_location {
+    my ($kind, $where) = @_;
+
+    return "    location = /__count {\n" . $PASS{$kind}->($where) . "    }\n";
+}
 
 # the app's executions of $key
 sub app_count {
-    my ($port, $key) = @_;
+    my ($key) = @_;
 
-    my $r = http_one(port => $port, method => 'GET',
-                     uri => '/__count?key=' . IdemStress::pct_encode($key));
+    my $r = IdemStress::http_one(port => IdemTest::port(), method => 'GET',
+                                 uri => '/__count?key='
+                                        . IdemStress::pct_encode($key));
     die "/__count: " . ($r->{error} // $r->{status}) . "\n"
         unless ($r->{status} // 0) == 200;
     return $r->{body} + 0;
@@ -86,11 +90,11 @@ sub app_count {
 
 # the same request again, until it is not a 409
 sub app_retry {
-    my ($port, $uri, $key) = @_;
+    my ($uri, $key) = @_;
     my $r;
 
     for (1 .. 40) {
-        $r = post($port, $uri, $key);
+        $r = IdemTest::post_key($uri, $key);
         last unless ($r->{status} // 0) == 409;
         sleep 0.25;
     }
@@ -107,9 +111,9 @@ sub pattern {
 
 # the retry replays $first (status, every header the app sent, body)
 sub check_replay {
-    my ($name, $port, $uri, $key, $first) = @_;
+    my ($name, $uri, $key, $first) = @_;
 
-    my $r = app_retry($port, $uri, $key);
+    my $r = app_retry($uri, $key);
 
     is($r->{status}, $first->{status}, "$name: the retry gets the status");
     is(IdemStress::hdr($r, 'Idempotent-Replayed'), 'true',
@@ -122,59 +126,47 @@ sub check_replay {
        "$name: ... and its body, byte for byte")
         or diag('got ' . length($r->{body} // '') . ' bytes, expected '
                 . length($first->{body}));
-    is(app_count($port, $key), 1, "$name: executed once");
+    is(app_count($key), 1, "$name: executed once");
 }
 
-# two retries get 502
-# outcome-unknown, never a replay; the app ran it once
-sub check_unknown {
-    my ($name, $port, $uri, $key) = @_;
-
-    for my $i (1, 2) {
-        my $r = app_retry($port, $uri, $key);
-        is($r->{status}, 502, "$name: retry $i gets 502");
-        like($r->{body} // '', qr/problem:outcome-unknown/,
-             "$name: ... outcome-unknown");
-        ok(!defined IdemStress::hdr($r, 'Idempotent-Replayed'),
-           "$name: ... not a replay");
-    }
-    is(app_count($port, $key), 1, "$name: executed once");
-}
-
-# what every server must do: replay a binary body with two cookies and a
-# 300 KB body in two parts byte for byte, and run ten concurrent
-# duplicates once; $fresh->(NAME) makes a new key; the locations' paths
-# start with $prefix (none: /orders)
-sub check_answers {
-    my ($port, $fresh, $prefix) = @_;
-    my $at = ($prefix // '') . '/orders';
-    my $in = $prefix ? " ($prefix)" : '';
-
-    my $name = "a binary body and two cookies$in";
-    my $key = $fresh->('binary');
-    my $uri = "$at?binary=1&cookies=2";
-    my $first = post($port, $uri, $key);
+# What every server must do, one check each (the locations' paths start
+# with $prefix, none: /orders).  A binary body with two cookies: the
+# first answer, and its replay
+sub first_binary {
+    my ($key, $prefix) = @_;
+    my $uri = ($prefix // '') . '/orders?binary=1&cookies=2';
+    my $name = 'a binary body and two cookies'
+             . ($prefix ? " ($prefix)" : '');
+    my $first = IdemTest::post_key($uri, $key);
 
     is($first->{status}, 201, "$name: the first answer");
     is_deeply($first->{headers}{'set-cookie'},
               ['c1=v1; Path=/', 'c2=v2; Path=/'], "$name: ... its cookies");
     is(length $first->{body}, 576, "$name: ... its 576 bytes");
-    check_replay($name, $port, $uri, $key, $first);
+    check_replay($name, $uri, $key, $first);
+}
 
-    $name = "a 300 KB body in two parts$in";
-    $key = $fresh->('large');
-    $uri = "$at?size=300000&slow_body=300";
-    $first = post($port, $uri, $key);
+# a 300 KB body in two parts: the first answer, and its replay
+sub first_large {
+    my ($key, $prefix) = @_;
+    my $uri = ($prefix // '') . '/orders?size=300000&slow_body=300';
+    my $name = 'a 300 KB body in two parts' . ($prefix ? " ($prefix)" : '');
+    my $first = IdemTest::post_key($uri, $key);
 
     ok($first->{status} == 201 && $first->{body} eq pattern(300000),
        "$name: the first answer");
-    check_replay($name, $port, $uri, $key, $first);
+    check_replay($name, $uri, $key, $first);
+}
 
-    $name = "ten concurrent duplicates$in";
-    $key = $fresh->('race');
-    $uri = "$at?delay=1000";
-    my @r = http_many([ map { post($port, $uri, $key, spec => 1) } 1 .. 10 ],
-                      timeout => 30);
+# ten concurrent duplicates run once: all get 201 with the same body,
+# nine as replays
+sub race {
+    my ($key, $prefix) = @_;
+    my $uri = ($prefix // '') . '/orders?delay=1000';
+    my $name = 'ten concurrent duplicates' . ($prefix ? " ($prefix)" : '');
+    my @r = IdemStress::http_many(
+        [ map { IdemTest::post_key($uri, $key, spec => 1) } 1 .. 10 ],
+        timeout => 30);
 
     is(scalar(grep { ($_->{status} // 0) == 201 } @r), 10,
        "$name: all get 201 (the nine wait for the first)");
@@ -182,18 +174,6 @@ sub check_answers {
        "$name: ... with the same body");
     is(scalar(grep { IdemStress::hdr($_, 'Idempotent-Replayed') } @r), 9,
        "$name: ... nine as replays");
-    is(app_count($port, $key), 1, "$name: executed once");
-}
-
-# a request whose answer is cut mid-body: its client had part of the body
-# at most, and it is of unknown outcome
-sub check_cut {
-    my ($name, $port, $uri, $key) = @_;
-    my $first = post($port, $uri, $key);
-
-    ok(length($first->{body} // '') < 100000,
-       "$name: the first client had part of the body at most");
-    check_unknown($name, $port, $uri, $key);
 }
 
 1;

@@ -13,6 +13,7 @@ use strict;
 use warnings;
 
 use Digest::SHA qw(sha256_hex);
+use IO::Socket::INET ();
 use Exporter ();
 our @ISA = ('Exporter');
 use Test::Nginx::Socket ();
@@ -23,7 +24,8 @@ use Reaper ();
 
 our @EXPORT = qw(key_hash_hex marker_hex fingerprint sql sql_at sql_root bg_request
                  store_config orders_location via_location block_defaults
-                 port curl_post record tcp_proxy shard_of wait_state);
+                 port curl_post record tcp_proxy shard_of wait_state
+                 post_key idem_of);
 
 for my $v (qw(MYSQL_PORT MYSQL_USER MYSQL_PASSWORD MYSQL_DB BACKEND_PORT)) {
     die "TEST_NGINX_$v is not set: run the suite with 'make test'\n"
@@ -83,6 +85,29 @@ sub via_location {
                      idempotency => $name, @o);
 }
 
+# A protected location at $path that passes the request's URI as it is,
+# with the options of orders_location:
+#
+#   IdemTest::location('/v1/', add_header => 'X-Idem')
+sub location {
+    my ($path, @o) = @_;
+
+    return _location($path, 'http://backend', [], @o);
+}
+
+# A server of a block's own beside Test::Nginx's, for its http_config:
+# listen 127.0.0.1:$listen ("PORT" and any listen parameters) around
+# $body, its directives and locations
+sub server {
+    my ($listen, $body) = @_;
+
+    return "server {\n    listen 127.0.0.1:$listen;\n$body}\n";
+}
+
+# the n-th of the ports beside Test::Nginx's that the suite's files take
+# for their other servers and relays (IdemStress::port)
+sub extra_port { IdemStress::port(@_) }
+
 my %SHOWN = ('X-Idem' => 'status', 'X-Tier' => 'tier', 'X-Key' => 'key');
 
 # location $path { @$first_lines ... proxy_pass $pass; ... }
@@ -117,7 +142,7 @@ sub _location {
 
 # every block gets the store and the backend unless it brings its own; an
 # [alert] or [crit] line (a crashed worker is an [alert] of the master)
-# fails every block, under both runners, unless the block expects one
+# fails every block unless the block expects one
 Test::Nginx::Socket::add_block_preprocessor(sub {
     my $block = shift;
 
@@ -138,6 +163,37 @@ Test::Nginx::Socket::add_block_preprocessor(sub {
     $block->set_value('no_error_log', $never);
 });
 
+# Under valgrind Test::Nginx starts nginx in the foreground and goes on
+# before it listens (its own requests retry the connection): a block's
+# init code waits for it first
+if ($ENV{TEST_NGINX_USE_VALGRIND}) {
+    Test::Nginx::Socket::add_block_preprocessor(sub {
+        my $block = shift;
+        my $init = $block->init;
+
+        $block->set_value('init', "IdemTest::wait_listening();\n$init")
+            if defined $init && $init =~ /\S/;
+    });
+}
+
+# Test::Nginx runs the --- init of a block it skips all the same, without
+# the block's nginx: a block that its --- skip_eval skips keeps none
+Test::Nginx::Socket::add_block_preprocessor(sub {
+    my $block = shift;
+    my $skip = $block->skip_eval;
+
+    return unless defined $skip && defined $block->init;
+
+    my ($code) = $skip =~ /^\s*\d+\s*:\s*(.*?)\s*$/s or return;
+    $block->set_value('init', '') if eval $code;
+});
+
+sub wait_listening {
+    IdemStress::wait_for('nginx to listen', 60, sub {
+        IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => port())
+    }, 0.2);
+}
+
 # the sections a block of the file gets when it has none of its own,
 # called before run_tests:
 #
@@ -157,6 +213,33 @@ sub block_defaults {
 
 sub port {
     return $ENV{TEST_NGINX_SERVER_PORT} || $ENV{TEST_NGINX_PORT} || 1984;
+}
+
+# a POST of $o{body} ("x") with the key $key to Test::Nginx's server (or
+# $o{port}): its response, as IdemStress's client reads it ({status,
+# headers, body, error})
+sub post_key {
+    my ($uri, $key, %o) = @_;
+
+    return IdemStress::post(delete $o{port} // port(), $uri, $key, %o);
+}
+
+# a pattern for response_body_like that matches a body of exactly $n
+# bytes, whatever they are
+sub size_re {
+    my ($n) = @_;
+    my $k = int($n / 1000);
+
+    return '\A' . ($k ? "(?:[\\s\\S]{1000}){$k}" : '')
+         . '[\s\S]{' . ($n - 1000 * $k) . '}\z';
+}
+
+# a response as "STATUS X-IDEM" (its X-Idem header, "-" if none)
+sub idem_of {
+    my ($r) = @_;
+
+    return ($r->{error} ? "error $r->{error}" : $r->{status} // 0) . ' '
+         . (IdemStress::hdr($r, 'X-Idem') // '-');
 }
 
 # curl -s OPTIONS -X POST -H 'Idempotency-Key: KEY' --data-binary x
@@ -248,9 +331,8 @@ sub record {
 # a TCP relay that a test can cut (IdemStress::tcp_proxy)
 sub tcp_proxy { return IdemStress::tcp_proxy(@_) }
 
-# The real Test::Nginx evaluates "--- init" code in package
-# Test::Nginx::Util, our runner in main: make the helpers callable there
-# too, so the same .t files work under both.
+# Test::Nginx evaluates "--- init" code in package Test::Nginx::Util:
+# make the helpers callable there too, without their package's name.
 sub import {
     my $class = shift;
 

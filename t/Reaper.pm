@@ -8,8 +8,7 @@ package Reaper;
 # OpenResty's Test::Nginx reaps it as soon as it exits.  Without it the
 # daemon is adopted by init, which on some machines reaps orphans only
 # now and then: the exited nginx stays a zombie that kill(0) still sees,
-# and Test::Nginx waits for it at every block (1-2 s each).  t/lib's
-# runner does the same itself.
+# and Test::Nginx waits for it at every block (1-2 s each).
 
 use strict;
 use warnings;

@@ -30,9 +30,8 @@ our @EXPORT = qw(http_req strip_volatile redis_cmd redis_key free_port
                  wait_for_tier wait_redis wait_log reload_nginx
                  admin error_log);
 
-# The real Test::Nginx evaluates "--- init" code in package
-# Test::Nginx::Util, our runner in main: make the helpers callable there
-# too, as IdemTest does.
+# Test::Nginx evaluates "--- init" code in package Test::Nginx::Util:
+# make the helpers callable there too, as IdemTest does.
 sub import {
     my $class = shift;
 

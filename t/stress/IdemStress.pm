@@ -3,12 +3,15 @@
 
 package IdemStress;
 
-# Harness for the race and fault tests (t/100-races.t, t/110-faults.t and
-# `make stress`) and the other files that run their own nginx.  It starts
-# its own nginx instances (own prefix under build/stress/, own ports from
-# 19000 or as TEST_NGINX_PORT moves them, master + workers), an optional second private MariaDB, a load
-# generator, and fires many concurrent HTTP requests from one process with
-# non-blocking sockets.  Core Perl only.  See docs/reliability.md.
+# Harness for the tests that run several nginx at once: the races
+# (t/100-races.t, `make stress`), the faults (t/110-faults.t) and the
+# nodes of a sharded store (t/320-nodes.t).  It starts its own nginx
+# instances (own prefix under build/stress/, own ports from 19000 or as
+# TEST_NGINX_PORT moves them, master + workers), an optional second
+# private MariaDB, a load generator, and fires many concurrent HTTP
+# requests from one process with non-blocking sockets.  The Test::Nginx
+# files use its client, SQL, relays, private MariaDB and Prometheus
+# (t/IdemTest.pm loads it).  Core Perl only.  See docs/reliability.md.
 #
 #   IdemStress::begin_file();
 #   my $ngx = IdemStress::Nginx->start(name => 'race1', port => port(81),
@@ -185,28 +188,6 @@ sub server_block {
          . "        listen 127.0.0.1:$port;\n\n"
          . $body
          . "    }\n";
-}
-
-# the nginx of the metrics tests (t/335, t/336) on 127.0.0.1:$o{port}: a
-# store "main" with a cache zone and Redis, so that every metric is
-# exported; /orders protected (a duplicate held up to 10 s), /metrics
-sub metrics_nginx {
-    my (%o) = @_;
-
-    return IdemStress::Nginx->start(%o,
-        http => store_line('main', $ENV{TEST_NGINX_MYSQL_PORT},
-                           cache => "idem_$o{name}:1m",
-                           redis => "127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}",
-                           secret => "$o{name}-test-secret-0123456789")
-                . server_block($o{port}, <<"SERVER"));
-        location /orders {
-            idempotency main;
-            idempotency_wait 10s;
-            proxy_pass http://backend;
-        }
-
-        location = /metrics { idempotency_metrics; }
-SERVER
 }
 
 # ------------------------------------------------------------------- SQL
