@@ -32,6 +32,7 @@ static void ngx_http_idempotency_fence_busy(ngx_http_idempotency_ctx_t *ctx,
     ngx_http_idempotency_shard_t *shard, ngx_uint_t max);
 static void ngx_http_idempotency_fence_done(ngx_http_idempotency_op_t *op);
 static void ngx_http_idempotency_fence_end(ngx_http_idempotency_ctx_t *ctx);
+static void ngx_http_idempotency_fence_gone(ngx_http_idempotency_op_t *op);
 static ngx_http_idempotency_fence_e ngx_http_idempotency_fence_verdict(
     ngx_http_idempotency_ctx_t *ctx, ngx_http_idempotency_op_t *op);
 
@@ -164,8 +165,7 @@ ngx_http_idempotency_fence(ngx_http_idempotency_ctx_t *ctx,
          * the wait, rather than the module the op
          */
 
-        op = ngx_http_idempotency_sql_fence(shard,
-                                       ctx->request->connection->log,
+        op = ngx_http_idempotency_sql_fence(shard, ngx_cycle->log,
                                        &ctx->conf->fence_table,
                                        ctx->fence.marker, ctx->epoch,
                                        store->query_timeout / 2 / 1000);
@@ -377,14 +377,25 @@ ngx_http_idempotency_fence_record(ngx_http_idempotency_ctx_t *ctx,
 }
 
 
-/* the request ends: a fence in flight commits or not without it */
+/*
+ * The request ends: a fence in flight commits or not without it
+ * (autocommit: the marker is written or not, whoever waits), and counts
+ * against the bound until it ends
+ */
 
 static void
 ngx_http_idempotency_fence_end(ngx_http_idempotency_ctx_t *ctx)
 {
     if (ctx->fence.op) {
-        /* autocommit: the marker is written or not, whoever waits */
-        ngx_http_idempotency_op_detach(ctx->fence.op);
+        ctx->fence.op->handler = ngx_http_idempotency_fence_gone;
+        ctx->fence.op->data = NULL;
         ctx->fence.op = NULL;
     }
+}
+
+
+static void
+ngx_http_idempotency_fence_gone(ngx_http_idempotency_op_t *op)
+{
+    op->shard->fences--;
 }

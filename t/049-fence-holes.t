@@ -361,3 +361,33 @@ main::config(lease => '12s')
 fences in flight (a quarter of its connections, pool=)
 --- no_error_log
 lease lost
+
+
+
+=== TEST 13: a fence whose client left counts against the bound only until it ends: the next retries fence again, and find the answer
+--- http_config eval
+main::http_config(pool => 4, query_timeout => '4s')
+--- config eval
+main::config(lease => '12s')
+--- init
+my $k = 't049-13';
+main::open_account($k);
+main::orphan_row($k, 3);
+# epoch 1 holds its marker 4 s, then commits
+my $pid = main::old_execution($k, 'pause=4000&pause_at=marker', 'marker');
+# a retry whose client gives up while its fence waits for the lock
+system('curl', '-s', '-o', '/dev/null', '--max-time', '0.5', '-X', 'POST',
+       '-H', "Idempotency-Key: $k", '--data-binary', 'x',
+       'http://127.0.0.1:' . IdemTest::port()
+       . "/withdraw?account=$k&amount=10");
+waitpid($pid, 0);
+is(main::ledger($k), '90 1', 'TEST 13: the old execution committed');
+my $r = main::withdraw($k);
+is($r->{status}, 201, 'TEST 13: the next retry fences, finds, and gets its 201');
+is(main::hdr($r, 'X-Idem'), 'find', 'TEST 13: ... a find');
+--- request
+GET /t
+--- response_body
+checked
+--- no_error_log
+fences in flight
