@@ -715,6 +715,7 @@ sub read_file {
 
 sub write_file {
     my ($f, $s) = @_;
+    make_path(dirname($f));     # a fresh build/ has only $DIR itself
     open my $fh, '>', $f or die "cannot write $f: $!";
     print {$fh} $s;
     close $fh or die "cannot write $f: $!";
