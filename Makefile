@@ -257,6 +257,8 @@ TEST_ENV = \
     KEEP_SERVICES=$(KEEP_SERVICES)
 
 test: deps build  ## the whole suite (TEST_FILES=, PROVE_FLAGS=, KEEP_SERVICES=1), with a short fuzz run first
+	@python3 scripts/layers.py > build/layers.txt || \
+	   { sed -n '/^layers:/,$$p' build/layers.txt; exit 1; }
 	@scripts/node-deps.sh
 	@if [ "$(FUZZ_TEST_SECONDS)" != 0 ]; then fuzz/run.sh -t $(FUZZ_TEST_SECONDS); fi
 	@env $(TEST_ENV) scripts/run-tests.sh $(TEST_FILES)

@@ -19,6 +19,9 @@
  */
 
 
+#include <ngx_config.h>
+#include <ngx_core.h>
+
 #include <yajl/yajl_parse.h>
 
 #include "ngx_http_idempotency_json.h"

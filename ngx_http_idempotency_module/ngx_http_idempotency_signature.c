@@ -27,6 +27,9 @@
  */
 
 
+#include <ngx_config.h>
+#include <ngx_core.h>
+
 #include <openssl/crypto.h>
 
 #include "ngx_http_idempotency_signature.h"

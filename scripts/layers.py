@@ -91,3 +91,33 @@ for h in headers:
 print("include loops: %d" % len(loops))
 for loop in sorted(loops):
     print("  " + " ".join(short(h) for h in loop))
+
+# nginx's ngx_config.h must come before any system header (it defines
+# _GNU_SOURCE, which later nginx versions' event headers need): the
+# first system header each file reaches, following its own headers
+first = {}
+
+
+def first_system(f, seen=()):
+    text = open(os.path.join(root, f), errors="replace").read()
+    for m in re.finditer(r'#include\s+([<"])([^>"]+)[>"]', strip_c(text)):
+        name = m.group(2)
+        if m.group(1) == '"' and name in headers:
+            if name not in seen:
+                got = first_system(name, seen + (f,))
+                if got:
+                    return got
+        else:
+            return name
+    return None
+
+
+def strip_c(text):
+    return re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+
+
+late = [f for f in files if first_system(f) != "ngx_config.h"]
+print("files reaching a system header before ngx_config.h: %d" % len(late))
+for f in late:
+    print("  %s: <%s>" % (short(f), first_system(f)))
+sys.exit(1 if loops or late else 0)
