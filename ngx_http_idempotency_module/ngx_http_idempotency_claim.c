@@ -925,6 +925,24 @@ ngx_http_idempotency_find_done(ngx_http_idempotency_op_t *op)
 
     ctx->claim.op = NULL;
 
+    if (op->rc == NGX_HTTP_IDEMPOTENCY_OP_SQL_ERROR
+        && op->cause == NGX_HTTP_IDEMPOTENCY_CAUSE_RACE)
+    {
+        /*
+         * Galera: another node's find or fence of the row was certified
+         * first; as for a claim's lost race, the row is read again after
+         * a pause (a store failure would give a 503 for a key that has
+         * its answer)
+         */
+
+        if (ngx_http_idempotency_claim_lost(r, ctx) == NGX_AGAIN) {
+            return;
+        }
+
+        ngx_http_idempotency_resume(r);
+        return;
+    }
+
     if (op->rc != NGX_HTTP_IDEMPOTENCY_OP_OK) {
         ngx_http_idempotency_claim_failed(r, ctx, op);
         ngx_http_idempotency_resume(r);
