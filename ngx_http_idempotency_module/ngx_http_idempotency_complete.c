@@ -56,6 +56,7 @@ typedef struct {
     ngx_msec_t                      deadline;
     ngx_event_t                     retry;
     ngx_http_idempotency_lease_t    lease;
+    ngx_queue_t                     queue;     /* the worker's jobs */
 
     /* the record is head, body length, body, trailers (all in pool);
      * for the replay tiers too once the row is completed; head.len 0:
@@ -97,6 +98,10 @@ static ngx_uint_t ngx_http_idempotency_job_repeats(
     ngx_http_idempotency_op_t *op);
 static void ngx_http_idempotency_job_tiers(ngx_http_idempotency_job_t *job);
 static void ngx_http_idempotency_job_end(ngx_http_idempotency_job_t *job);
+
+
+/* the worker's jobs, for its exit */
+static ngx_queue_t  ngx_http_idempotency_jobs;
 
 
 ngx_int_t
@@ -233,6 +238,12 @@ ngx_http_idempotency_complete(ngx_http_idempotency_ctx_t *ctx,
     job->retry.handler = ngx_http_idempotency_job_run;
     job->retry.data = job;
     job->retry.log = ngx_cycle->log;
+
+    if (ngx_http_idempotency_jobs.next == NULL) {
+        ngx_queue_init(&ngx_http_idempotency_jobs);
+    }
+
+    ngx_queue_insert_tail(&ngx_http_idempotency_jobs, &job->queue);
 
     ngx_http_idempotency_job_run(&job->retry);
 
@@ -658,5 +669,49 @@ ngx_http_idempotency_job_end(ngx_http_idempotency_job_t *job)
         job->done(ctx);
     }
 
+    ngx_queue_remove(&job->queue);
     ngx_destroy_pool(job->pool);
+}
+
+
+/*
+ * The worker exits with writes not committed: a graceful shutdown waits
+ * for them (their retry timer is not cancelable), so this is a fast one
+ * (or nginx without worker processes).  Their statements were dropped
+ * with the connections (mysql.c); each key stays in progress until its
+ * lease ends.
+ */
+
+void
+ngx_http_idempotency_complete_exit(ngx_cycle_t *cycle)
+{
+    ngx_queue_t                 *q;
+    ngx_http_idempotency_job_t  *job;
+
+    if (ngx_http_idempotency_jobs.next == NULL) {
+        return;
+    }
+
+    while (!ngx_queue_empty(&ngx_http_idempotency_jobs)) {
+        q = ngx_queue_head(&ngx_http_idempotency_jobs);
+        job = ngx_queue_data(q, ngx_http_idempotency_job_t, queue);
+
+        ngx_log_error(NGX_LOG_WARN, cycle->log, 0,
+                      "idempotency store \"%V\" mysql=%V: response of key "
+                      "%V not stored: the process exits; the key stays in "
+                      "progress and a retry after its lease executes it "
+                      "again", &job->store->name, &job->shard->name,
+                      &job->key);
+
+        if (job->retry.timer_set) {
+            ngx_del_timer(&job->retry);
+        }
+
+        if (job->lease.ev.timer_set) {
+            ngx_del_timer(&job->lease.ev);
+        }
+
+        ngx_queue_remove(q);
+        ngx_destroy_pool(job->pool);
+    }
 }

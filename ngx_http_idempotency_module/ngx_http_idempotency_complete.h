@@ -37,6 +37,7 @@ ngx_int_t ngx_http_idempotency_complete(ngx_http_idempotency_ctx_t *ctx,
  */
 ngx_int_t ngx_http_idempotency_complete_reserve(
     ngx_http_idempotency_ctx_t *ctx);
+void ngx_http_idempotency_complete_exit(ngx_cycle_t *cycle);
 
 
 #endif /* _NGX_HTTP_IDEMPOTENCY_COMPLETE_H_INCLUDED_ */

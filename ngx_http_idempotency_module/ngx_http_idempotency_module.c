@@ -30,6 +30,7 @@
 #include "ngx_http_idempotency_admin.h"
 #include "ngx_http_idempotency_resend.h"
 #include "ngx_http_idempotency_fence.h"
+#include "ngx_http_idempotency_complete.h"
 #include "ngx_http_idempotency_problem.h"
 #include "ngx_http_idempotency_ctx.h"
 
@@ -1502,5 +1503,6 @@ ngx_http_idempotency_exit_process(ngx_cycle_t *cycle)
 {
     ngx_http_idempotency_redis_exit(cycle);
     ngx_http_idempotency_mysql_exit(cycle);
+    ngx_http_idempotency_complete_exit(cycle);
     ngx_http_idempotency_key_exit();
 }
