@@ -711,6 +711,10 @@ ngx_http_idempotency_complete_exit(ngx_cycle_t *cycle)
             ngx_del_timer(&job->lease.ev);
         }
 
+        if (job->ctx) {
+            job->ctx->job = NULL;
+        }
+
         ngx_queue_remove(q);
         ngx_destroy_pool(job->pool);
     }
